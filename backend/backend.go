@@ -1,0 +1,86 @@
+// Package backend is the small contract between the fair lock and a Redis
+// client library. An adapter (rueidisbackend, valkeybackend, or your own)
+// implements Backend; package lock depends on nothing else.
+//
+// A backend runs Lua scripts by SHA-1 (EVALSHA), loading a script when the
+// server answers NOSCRIPT so that a server restart or SCRIPT FLUSH never
+// reaches the caller, and it multiplexes pub/sub channels over one
+// subscription connection per backend. Hub implements the fan-out part of
+// that contract for adapters, so each adapter only moves bytes.
+//
+// Run conformance.Run against a new backend to check it.
+package backend
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+)
+
+// Sentinel errors returned by backends. Adapters wrap them with %w.
+var (
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("backend: closed")
+	// ErrUnexpectedReply is returned when a reply has another shape than the caller expected.
+	ErrUnexpectedReply = errors.New("backend: unexpected reply")
+)
+
+// ServerError is an error reply sent by the server (for example a Lua
+// runtime error). Connection problems are returned as other errors.
+type ServerError struct {
+	Message string
+}
+
+// Error returns the server's message.
+func (e *ServerError) Error() string { return "backend: server error: " + e.Message }
+
+// Script is a Lua script and its SHA-1 digest, computed once.
+type Script struct {
+	// Name names the script in errors and traces, e.g. "acquire".
+	Name string
+	// Source is the Lua source.
+	Source string
+	// SHA1 is the lower-case hex SHA-1 of Source, the name EVALSHA uses.
+	SHA1 string
+}
+
+// NewScript returns a Script for source.
+func NewScript(name, source string) *Script {
+	sum := sha1.Sum([]byte(source))
+	return &Script{Name: name, Source: source, SHA1: hex.EncodeToString(sum[:])}
+}
+
+// Call is one script invocation in a batch.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []string
+}
+
+// Result is the outcome of one Call in a batch.
+type Result struct {
+	Reply Reply
+	Err   error
+}
+
+// Backend is what package lock needs from a Redis client. Implementations
+// must be safe for concurrent use.
+type Backend interface {
+	// Eval runs the script with EVALSHA and, when the server does not know
+	// the script (NOSCRIPT), loads it and runs it once more. All keys must
+	// hash to one cluster slot. A network error leaves the outcome unknown:
+	// Eval must not retry a script on its own.
+	Eval(ctx context.Context, s *Script, keys, args []string) (Reply, error)
+	// EvalBatch runs several scripts pipelined (one write per node where
+	// the client allows it) and returns their results in order.
+	EvalBatch(ctx context.Context, calls []Call) []Result
+	// Subscribe starts delivering wake-ups for channel; it returns once the
+	// server has confirmed the subscription, so a message published after
+	// Subscribe returns is not missed (unless the connection drops, which
+	// is reported as a Reconnect event).
+	Subscribe(ctx context.Context, channel string) (*Subscription, error)
+	// Close releases what the backend opened (its subscription
+	// connection); it does not close a client the caller passed in.
+	Close() error
+}

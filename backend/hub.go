@@ -1,0 +1,265 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Event is what a Subscription delivers.
+type Event struct {
+	// Payload is the message body ("0" for an unlock wake-up); empty for a
+	// Reconnect event.
+	Payload string
+	// Reconnect reports that the subscription connection was lost and has
+	// been re-established: messages sent meanwhile are lost, so the
+	// receiver must re-check whatever it waits for.
+	Reconnect bool
+}
+
+// Subscription receives the events of one channel. Events are coalesced:
+// the channel holds at most one pending event and further ones are dropped
+// while it is full, so a slow receiver never stalls the connection's reader.
+// A receiver therefore treats any event as "re-check now", not as a count.
+type Subscription struct {
+	channel string
+	events  chan Event
+	hub     *Hub
+	once    sync.Once
+}
+
+// Channel returns the channel name.
+func (s *Subscription) Channel() string { return s.channel }
+
+// Events returns the channel on which events arrive.
+func (s *Subscription) Events() <-chan Event { return s.events }
+
+// Close stops delivery; the server-side subscription is dropped when the
+// last local subscriber of the channel closes. Close is idempotent.
+func (s *Subscription) Close() {
+	s.once.Do(func() { s.hub.remove(s) })
+}
+
+func (s *Subscription) offer(e Event) {
+	select {
+	case s.events <- e:
+	default: // an event is already pending; the receiver will re-check anyway
+	}
+}
+
+// PubSubConn is one subscription connection opened by an adapter.
+type PubSubConn interface {
+	// Subscribe subscribes to the channels and returns after the server
+	// confirmed them.
+	Subscribe(ctx context.Context, channels ...string) error
+	// Unsubscribe unsubscribes from the channels.
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Close closes the connection.
+	Close()
+}
+
+// Dialer opens a subscription connection. The adapter calls deliver for
+// every message (from its reader goroutine; deliver never blocks) and
+// reports the connection's end on the returned channel, which must receive
+// at most one error and then be closed.
+type Dialer func(ctx context.Context, deliver func(channel, payload string)) (PubSubConn, <-chan error, error)
+
+// Hub multiplexes any number of Subscriptions over one PubSubConn,
+// subscribing on the server only once per channel, and re-dials and
+// re-subscribes after the connection drops. Adapters build one Hub per
+// Backend; it is safe for concurrent use.
+type Hub struct {
+	dial Dialer
+
+	wire   sync.Mutex // serialises dialing and SUBSCRIBE/UNSUBSCRIBE so they reach the server in order
+	conn   PubSubConn
+	closed bool
+
+	mu   sync.Mutex // guards subs; never held while talking to the server
+	subs map[string]map[*Subscription]struct{}
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// NewHub returns a Hub that opens its connection with dial on first use.
+func NewHub(dial Dialer) *Hub {
+	return &Hub{dial: dial, subs: make(map[string]map[*Subscription]struct{}), stop: make(chan struct{})}
+}
+
+// unsubscribeTimeout bounds the UNSUBSCRIBE sent by Subscription.Close.
+const unsubscribeTimeout = 5 * time.Second
+
+// Subscribe implements Backend.Subscribe.
+func (h *Hub) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
+	h.wire.Lock()
+	defer h.wire.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if err := h.connectLocked(ctx); err != nil {
+		return nil, err
+	}
+	s := &Subscription{channel: channel, events: make(chan Event, 1), hub: h}
+	h.mu.Lock()
+	set := h.subs[channel]
+	first := set == nil
+	if first {
+		set = make(map[*Subscription]struct{})
+		h.subs[channel] = set
+	}
+	set[s] = struct{}{}
+	h.mu.Unlock()
+	if first {
+		if err := h.conn.Subscribe(ctx, channel); err != nil {
+			h.mu.Lock()
+			delete(h.subs, channel)
+			h.mu.Unlock()
+			return nil, fmt.Errorf("subscribe %q: %w", channel, err)
+		}
+	}
+	return s, nil
+}
+
+func (h *Hub) remove(s *Subscription) {
+	h.wire.Lock()
+	defer h.wire.Unlock()
+	h.mu.Lock()
+	set := h.subs[s.channel]
+	delete(set, s)
+	last := set != nil && len(set) == 0
+	if last {
+		delete(h.subs, s.channel)
+	}
+	h.mu.Unlock()
+	if last && h.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+		// An error means the connection is going away; the re-subscribe
+		// after reconnecting uses the current channel set, without this one.
+		_ = h.conn.Unsubscribe(ctx, s.channel)
+		cancel()
+	}
+}
+
+// Deliver hands a message to the channel's subscribers without blocking.
+func (h *Hub) Deliver(channel, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[channel] {
+		s.offer(Event{Payload: payload})
+	}
+}
+
+func (h *Hub) broadcastReconnect() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, set := range h.subs {
+		for s := range set {
+			s.offer(Event{Reconnect: true})
+		}
+	}
+}
+
+func (h *Hub) channels() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.subs))
+	for c := range h.subs {
+		out = append(out, c)
+	}
+	return out
+}
+
+// connectLocked dials when there is no connection and subscribes to every
+// channel that has subscribers. The caller holds h.wire.
+func (h *Hub) connectLocked(ctx context.Context) error {
+	if h.conn != nil {
+		return nil
+	}
+	conn, done, err := h.dial(ctx, h.Deliver)
+	if err != nil {
+		return fmt.Errorf("backend: open subscription connection: %w", err)
+	}
+	if chans := h.channels(); len(chans) > 0 {
+		if err := conn.Subscribe(ctx, chans...); err != nil {
+			conn.Close()
+			return fmt.Errorf("backend: re-subscribe: %w", err)
+		}
+	}
+	h.conn = conn
+	h.wg.Add(1)
+	go h.watch(conn, done)
+	return nil
+}
+
+// Reconnect back-off bounds.
+const (
+	minRedial = 20 * time.Millisecond
+	maxRedial = 2 * time.Second
+)
+
+// watch waits for conn to end, then re-dials until it succeeds or the hub
+// closes, and tells every subscriber to re-check.
+func (h *Hub) watch(conn PubSubConn, done <-chan error) {
+	defer h.wg.Done()
+	select {
+	case <-done:
+	case <-h.stop:
+		return
+	}
+	h.wire.Lock()
+	if h.conn == conn {
+		h.conn = nil
+	}
+	h.wire.Unlock()
+	conn.Close()
+	delay := minRedial
+	for {
+		h.wire.Lock()
+		if h.closed {
+			h.wire.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), maxRedial+time.Second)
+		err := h.connectLocked(ctx)
+		cancel()
+		h.wire.Unlock()
+		if err == nil {
+			h.broadcastReconnect()
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-h.stop:
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, maxRedial)
+	}
+}
+
+// Close closes the connection and stops re-dialing; Subscribe then returns
+// ErrClosed. Open Subscriptions stop receiving events.
+func (h *Hub) Close() error {
+	h.wire.Lock()
+	if h.closed {
+		h.wire.Unlock()
+		return nil
+	}
+	h.closed = true
+	close(h.stop)
+	conn := h.conn
+	h.conn = nil
+	h.wire.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	h.wg.Wait()
+	return nil
+}
+
+// IsClosed reports whether err is ErrClosed.
+func IsClosed(err error) bool { return errors.Is(err, ErrClosed) }

@@ -1,0 +1,27 @@
+// Package redistest starts real redis-server processes for tests.
+//
+// Every server runs on a free 127.0.0.1 port in a directory obtained from
+// testing.TB.TempDir, without persistence, and is killed (and its process
+// reaped) by a testing.TB.Cleanup hook, so no process outlives the test even
+// when the test fails. Start, StartReplica and StartCluster never skip: if
+// redis-server is missing or cannot start they fail the test with the reason
+// and the tail of the server's log.
+//
+// The redis-server binary is taken from the FAIRLOCK_REDIS_SERVER environment
+// variable, else from PATH, else /usr/bin/redis-server (see Binary).
+//
+// The package talks to the servers with a minimal built-in RESP client
+// (standard library only); Server.Do exposes it so tests can inspect keys
+// without a Redis client library.
+//
+// Typical use:
+//
+//	srv := redistest.Start(t, redistest.WithArgs("--notify-keyspace-events", "Kx"))
+//	// connect the code under test to srv.Addr() ...
+//	if got := srv.Do(t, "GET", "key"); got != "value" {
+//		t.Fatalf("GET key = %#v", got)
+//	}
+//
+// Lifecycle helpers (Server.Stop, Server.Kill, Server.Pause, Server.Resume,
+// Server.Restart) simulate crashes, hangs and restarts on the same address.
+package redistest

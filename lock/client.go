@@ -1,0 +1,193 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Client is one lock client: a client ID (a random UUID, as Redisson's),
+// one watchdog for all its holds, and a backend. Create Mutexes from it.
+// It is safe for concurrent use. Close it when done; Close does not close
+// the backend.
+type Client struct {
+	b       backend.Backend
+	id      string
+	cfg     config
+	scripts scriptSet
+
+	nextOwner atomic.Int64
+
+	mu     sync.Mutex
+	holds  map[*Hold]struct{} // live holds, for the watchdog
+	closed bool
+
+	closing chan struct{}   // closed by Close: waiters and the watchdog stop
+	life    context.Context // cancelled by Close; bounds the watchdog's calls
+	end     context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// NewClient returns a Client that talks to Redis through b. Defaults: lease
+// DefaultLease (30 s, watchdog every 10 s), waiter timeout
+// DefaultWaiterTimeout (5 s), no key prefix, PUBLISH wake-ups, no observer.
+func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
+	}
+	cfg := config{lease: DefaultLease, waiterTimeout: DefaultWaiterTimeout, publish: "publish"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	id, err := newUUID()
+	if err != nil {
+		return nil, fmt.Errorf("lock: client id: %w", err)
+	}
+	c := &Client{
+		b:       b,
+		id:      id,
+		cfg:     cfg,
+		scripts: newScriptSet(),
+		holds:   make(map[*Hold]struct{}),
+		closing: make(chan struct{}),
+	}
+	c.life, c.end = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go c.watchdog()
+	return c, nil
+}
+
+// ID returns the client ID, the first half of every owner field this client
+// writes ("<ID>:<ownerID>").
+func (c *Client) ID() string { return c.id }
+
+// NewMutex returns the Mutex for lock name, acting for a new owner unless
+// WithOwnerID says otherwise. It checks the name (ErrInvalidName) and sends
+// nothing to Redis.
+func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
+	var mc mutexConfig
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil mutex option", ErrInvalidOption)
+		}
+		if err := o(&mc); err != nil {
+			return nil, err
+		}
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty name", ErrInvalidName)
+	}
+	k, ok := deriveKeys(c.cfg.keyPrefix + name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q: its queue and lock keys would hash to different cluster slots (use one non-empty {tag} or none)", ErrInvalidName, c.cfg.keyPrefix+name)
+	}
+	if !mc.ownerIDSet {
+		mc.ownerID = c.nextOwner.Add(1)
+	}
+	owner := Owner{ClientID: c.id, ID: mc.ownerID}
+	field := owner.String()
+	return &Mutex{
+		c:       c,
+		name:    name,
+		keys:    k,
+		owner:   owner,
+		field:   field,
+		channel: k.channel + ":" + field,
+	}, nil
+}
+
+// Close stops the watchdog and wakes every waiting call, which leaves the
+// queue and returns ErrClosed. Holds are not released: they end with
+// ErrClosed on Hold.Err and their locks free themselves when their leases
+// run out. Calls after Close return ErrClosed. Close does not close the
+// backend.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closing)
+	c.end()
+	holds := c.holds
+	c.holds = make(map[*Hold]struct{})
+	c.mu.Unlock()
+	c.wg.Wait()
+	for h := range holds {
+		h.end(ErrClosed)
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) register(h *Hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.holds[h] = struct{}{}
+	return true
+}
+
+func (c *Client) unregister(h *Hold) {
+	c.mu.Lock()
+	delete(c.holds, h)
+	c.mu.Unlock()
+}
+
+func (c *Client) ms(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// newUUID returns a random (version 4) UUID from crypto/rand.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
+}
+
+// newRequestID returns 16 random bytes in hex, as Redisson's unlock
+// request IDs.
+func newRequestID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// cleanupTimeout bounds the best-effort queue cleanup after a cancelled
+// or failed wait (X5).
+const cleanupTimeout = 2 * time.Second
+
+// cleanupContext keeps ctx's values (trace spans) but not its cancellation.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}

@@ -1,0 +1,39 @@
+package lock
+
+import "errors"
+
+// Sentinel errors. Every error the package returns wraps one of these (or a
+// context error, or a backend error) with the lock name and owner; test
+// with errors.Is.
+var (
+	// ErrInvalidName: the name is empty, or its keys would not share one
+	// cluster slot (for example "a{}b" or an unbalanced "{"). Nothing was
+	// sent to Redis.
+	ErrInvalidName = errors.New("lock: invalid lock name")
+	// ErrInvalidDuration: a lease, wait or option duration is not positive,
+	// is shorter than a millisecond, or is longer than MaxDuration. Nothing
+	// was sent to Redis.
+	ErrInvalidDuration = errors.New("lock: invalid duration")
+	// ErrInvalidOption: an option has a value the client cannot use.
+	ErrInvalidOption = errors.New("lock: invalid option")
+	// ErrNilContext: a nil context was passed. Nothing was sent to Redis.
+	ErrNilContext = errors.New("lock: nil context")
+	// ErrNotAcquired: TryLock's wait ran out, or TryLockOnce found the lock
+	// taken or others queued. The owner is not left in the queue.
+	ErrNotAcquired = errors.New("lock: not acquired")
+	// ErrNotHeld: Unlock by an owner that does not hold the lock. Nothing
+	// was changed.
+	ErrNotHeld = errors.New("lock: not held by this owner")
+	// ErrLockLost: a Hold ended without Unlock: its lease ran out, someone
+	// force-unlocked or deleted the lock, or renewal kept failing for longer
+	// than the lease (X7). Reported by Hold.Err.
+	ErrLockLost = errors.New("lock: lock lost")
+	// ErrReleased: Hold.Err after the owner's last Unlock.
+	ErrReleased = errors.New("lock: released")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("lock: client closed")
+	// ErrUnexpectedReply: a script answered in a shape this version does
+	// not know (a different library version's scripts under the same SHA
+	// cannot happen; a misbehaving backend can).
+	ErrUnexpectedReply = errors.New("lock: unexpected reply")
+)

@@ -1,0 +1,523 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Mutex is one owner's handle on one fair lock. Create it with
+// Client.NewMutex. Its methods are safe for concurrent use.
+//
+// A Mutex is one owner (Go has no thread IDs, so ownership is explicit):
+// goroutines that share a Mutex share its holds, so a second Lock from
+// another goroutine re-enters (hold count 2) instead of excluding it. For
+// mutual exclusion between goroutines give each its own Mutex; NewMutex is
+// cheap and sends nothing to Redis.
+type Mutex struct {
+	c       *Client
+	name    string
+	keys    keyset
+	owner   Owner
+	field   string // owner.String(), the hash field and queue entry
+	channel string // this owner's wake-up channel
+
+	mu        sync.Mutex
+	hold      *Hold // current hold, nil when this Mutex holds nothing
+	acquiring int   // acquire calls in flight
+}
+
+// Name returns the lock name (without the client's key prefix).
+func (m *Mutex) Name() string { return m.name }
+
+// Owner returns the owner this Mutex acts for.
+func (m *Mutex) Owner() Owner { return m.owner }
+
+// Key returns the Redis key of the lock hash (prefix and name).
+func (m *Mutex) Key() string { return m.keys.hash }
+
+// Lock waits as long as ctx allows for the lock, in arrival order (FIFO),
+// and returns the Hold. The lease is the client's watchdog lease
+// (WithLease, default 30 s), renewed while held. Lock re-enters when this
+// owner already holds the lock. When ctx ends first, Lock leaves the queue
+// and returns an error wrapping ctx.Err().
+func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
+	return m.acquire(ctx, OpLock, 0, WatchdogLease)
+}
+
+// LockWithLease is Lock with an explicit lease and no watchdog: the lock
+// frees itself lease after it is granted unless released earlier, and the
+// Hold ends then with ErrLockLost.
+func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) (*Hold, error) {
+	return m.acquire(ctx, OpLock, 0, lease)
+}
+
+// TryLock is Lock that gives up after wait, returning ErrNotAcquired; giving
+// up leaves the queue at once (B7). lease is an explicit lease, or
+// WatchdogLease for the renewed client lease.
+func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (*Hold, error) {
+	if err := checkDuration("wait", wait); err != nil {
+		return nil, m.errorf(err)
+	}
+	return m.acquire(ctx, OpTryLock, wait, lease)
+}
+
+// TryLockOnce makes one attempt and never queues: it returns ErrNotAcquired
+// while the lock is held or anyone is queued (B7). lease as for TryLock.
+func (m *Mutex) TryLockOnce(ctx context.Context, lease time.Duration) (*Hold, error) {
+	return m.acquire(ctx, OpTryLockOnce, 0, lease)
+}
+
+// errWaitExpired is the cause of TryLock's wait budget running out.
+var errWaitExpired = errors.New("wait expired")
+
+func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (_ *Hold, err error) {
+	if ctx == nil {
+		return nil, m.errorf(ErrNilContext)
+	}
+	watchdog := lease == WatchdogLease
+	if watchdog {
+		lease = m.c.cfg.lease
+	} else if err := checkDuration("lease", lease); err != nil {
+		return nil, m.errorf(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, m.errorf(err)
+	}
+	if m.c.isClosed() {
+		return nil, m.errorf(ErrClosed)
+	}
+
+	start := time.Now()
+	var (
+		tr     AcquireTracker
+		result AcquireResult
+		h      *Hold
+	)
+	if obs := m.c.cfg.observer; obs != nil {
+		ctx, tr = obs.StartAcquire(ctx, m.call(op))
+		defer func() {
+			result.Wait = time.Since(start)
+			result.Err = err
+			switch {
+			case err == nil:
+				result.Outcome = OutcomeAcquired
+				if result.HoldCount > 1 {
+					result.Outcome = OutcomeReentered
+				}
+			case errors.Is(err, ErrNotAcquired):
+				result.Outcome = OutcomeTimedOut
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				result.Outcome = OutcomeCancelled
+			default:
+				result.Outcome = OutcomeError
+			}
+			tr.End(result)
+		}()
+	}
+
+	m.mu.Lock()
+	m.acquiring++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.acquiring--
+		m.mu.Unlock()
+	}()
+
+	parent := ctx
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, wait, errWaitExpired)
+		defer cancel()
+	}
+	mode := "wait"
+	if op == OpTryLockOnce {
+		mode = "once"
+	}
+	args := []string{
+		m.field, m.c.ms(lease), m.c.ms(m.c.cfg.waiterTimeout), mode,
+		m.keys.channel, m.c.cfg.publish, m.c.ms(m.c.cfg.waiterTimeout / 3),
+	}
+	grant := func(r acquireReply, sent time.Time) (*Hold, error) {
+		h, err := m.granted(r, sent, lease, watchdog)
+		if h != nil {
+			result.HoldCount, result.Token = h.countNow(), h.token
+		}
+		return h, err
+	}
+
+	sent := time.Now()
+	r, err := m.tryAcquire(ctx, args)
+	if err != nil {
+		m.abandon(ctx, true)
+		return nil, m.waitErr(parent, ctx, err)
+	}
+	if r.acquired {
+		return grant(r, sent)
+	}
+	if op == OpTryLockOnce {
+		return nil, m.errorf(ErrNotAcquired)
+	}
+	if r.position > 0 {
+		result.Position = r.position
+		if tr != nil {
+			tr.Queued(r.position)
+		}
+	}
+
+	// Queued. Subscribe to this owner's channel, then check again: an
+	// unlock between the first attempt and the subscription is not missed.
+	sub, err := m.c.b.Subscribe(ctx, m.channel)
+	if err != nil {
+		m.abandon(ctx, false)
+		return nil, m.waitErr(parent, ctx, err)
+	}
+	defer sub.Close()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		sent = time.Now()
+		r, err = m.tryAcquire(ctx, args)
+		if err != nil {
+			m.abandon(ctx, true)
+			return nil, m.waitErr(parent, ctx, err)
+		}
+		if r.acquired {
+			h, err = grant(r, sent)
+			return h, err
+		}
+		if r.position > 0 && result.Position == 0 { // re-queued after being dropped
+			result.Position = r.position
+			if tr != nil {
+				tr.Queued(r.position)
+			}
+		}
+		// Wait for a wake-up, or at most the hint: the heartbeat interval,
+		// or the lease left when this owner is at the head (X3, X4).
+		timer.Reset(max(time.Duration(r.hintMs)*time.Millisecond, time.Millisecond))
+		select {
+		case e := <-sub.Events():
+			result.Wakeups++
+			if tr != nil {
+				tr.Woken(e.Reconnect)
+			}
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			m.abandon(ctx, false)
+			return nil, m.waitErr(parent, ctx, ctx.Err())
+		case <-m.c.closing:
+			m.abandon(ctx, false)
+			return nil, m.errorf(ErrClosed)
+		}
+	}
+}
+
+// waitErr turns a failed wait into the error the caller sees: ErrNotAcquired
+// when TryLock's own wait ran out, the caller's context error when that
+// ended, else err.
+func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
+	if parent.Err() != nil {
+		return m.errorf(parent.Err())
+	}
+	if errors.Is(context.Cause(ctx), errWaitExpired) {
+		return m.errorf(ErrNotAcquired)
+	}
+	if m.c.isClosed() {
+		return m.errorf(ErrClosed)
+	}
+	return m.errorf(err)
+}
+
+// abandon takes the owner out of the queue after a wait ends without the
+// lock (X5), best effort and bounded by cleanupTimeout. When an acquire
+// reply was lost (unknown) and this owner held nothing before, a hold that
+// acquire may have granted is dropped too.
+func (m *Mutex) abandon(ctx context.Context, unknown bool) {
+	release := "0"
+	if unknown {
+		m.mu.Lock()
+		if m.hold == nil && m.acquiring == 1 {
+			release = "1"
+		}
+		m.mu.Unlock()
+	}
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	_, _ = m.c.b.Eval(cctx, m.c.scripts.leave,
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.field, m.keys.channel, m.c.cfg.publish, release})
+}
+
+type acquireReply struct {
+	acquired bool
+	token    int64 // acquired
+	count    int   // acquired
+	hintMs   int64 // waiting
+	position int   // waiting: set when this call queued the owner
+}
+
+func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, error) {
+	rep, err := m.c.b.Eval(ctx, m.c.scripts.acquire,
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token}, args)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	v, err := rep.AsInts()
+	if err != nil || len(v) != 3 {
+		return acquireReply{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, rep)
+	}
+	if v[0] == 1 {
+		return acquireReply{acquired: true, token: v[1], count: int(v[2])}, nil
+	}
+	return acquireReply{hintMs: v[1], position: int(v[2])}, nil
+}
+
+// granted records a successful acquire: a new Hold for a new acquisition,
+// the same Hold with a higher count for a re-entry.
+func (m *Mutex) granted(r acquireReply, sent time.Time, lease time.Duration, watchdog bool) (*Hold, error) {
+	m.mu.Lock()
+	h := m.hold
+	var stale *Hold
+	if h != nil && r.count == 1 {
+		// The server granted a new hold, so the one we knew was lost
+		// (its lease ran out before the watchdog noticed).
+		stale, h = h, nil
+		m.hold = nil
+	}
+	fresh := h == nil
+	if fresh {
+		h = &Hold{m: m, token: r.token, acquired: sent, done: make(chan struct{})}
+		m.hold = h
+	}
+	h.count = r.count
+	h.lease = lease
+	h.watchdog = watchdog
+	h.lastRenewed = sent
+	if h.expiry != nil {
+		h.expiry.Stop()
+		h.expiry = nil
+	}
+	if !watchdog {
+		h.expiry = time.AfterFunc(time.Until(sent.Add(lease)), func() {
+			m.lose(h, fmt.Errorf("%w: lease of %v ran out", ErrLockLost, lease))
+		})
+	}
+	m.mu.Unlock()
+	if stale != nil {
+		m.lose(stale, fmt.Errorf("%w: lease ran out before renewal", ErrLockLost))
+	}
+	if fresh && !m.c.register(h) {
+		h.end(ErrClosed)
+		return nil, m.errorf(ErrClosed)
+	}
+	return h, nil
+}
+
+// lose ends h as lost (X7) and tells the observer.
+func (m *Mutex) lose(h *Hold, err error) {
+	if !h.end(err) {
+		return
+	}
+	m.c.unregister(h)
+	if obs := m.c.cfg.observer; obs != nil {
+		obs.HoldLost(m.call(""), h.token, time.Since(h.acquired), err)
+	}
+}
+
+func (h *Hold) countNow() int {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	return h.count
+}
+
+// unlockAttempts bounds Unlock's retries after a network error; the unlock
+// latch makes a retry of the same request return the first result (B10).
+const unlockAttempts = 3
+
+// Unlock releases one hold of this owner (B2, B4): the lock is released when
+// the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
+// changing nothing, when this owner does not hold the lock.
+func (m *Mutex) Unlock(ctx context.Context) (err error) {
+	if ctx == nil {
+		return m.errorf(ErrNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return m.errorf(err)
+	}
+	if m.c.isClosed() {
+		return m.errorf(ErrClosed)
+	}
+	var result ReleaseResult
+	if obs := m.c.cfg.observer; obs != nil {
+		var tr ReleaseTracker
+		ctx, tr = obs.StartRelease(ctx, m.call(OpUnlock))
+		defer func() {
+			result.Err = err
+			switch {
+			case err == nil:
+				result.Outcome = OutcomeReleased
+			case errors.Is(err, ErrNotHeld):
+				result.Outcome = OutcomeNotHeld
+			default:
+				result.Outcome = OutcomeError
+			}
+			tr.End(result)
+		}()
+	}
+	m.mu.Lock()
+	h := m.hold
+	lease := m.c.cfg.lease
+	if h != nil {
+		lease = h.lease
+	}
+	m.mu.Unlock()
+	reqID, err := newRequestID()
+	if err != nil {
+		return m.errorf(err)
+	}
+	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.latch + ":" + reqID}
+	args := []string{m.field, m.c.ms(lease), m.keys.channel, m.c.cfg.publish, m.c.ms(unlockLatchTTL)}
+	var rep backend.Reply
+	for attempt := 1; ; attempt++ {
+		rep, err = m.c.b.Eval(ctx, m.c.scripts.unlock, keys, args)
+		var se *backend.ServerError
+		if err == nil || attempt == unlockAttempts || ctx.Err() != nil || errors.As(err, &se) {
+			break
+		}
+	}
+	if err != nil {
+		return m.errorf(err)
+	}
+	left, err := rep.AsInt()
+	if err != nil {
+		return m.errorf(fmt.Errorf("%w: unlock: %v", ErrUnexpectedReply, err))
+	}
+	if left < 0 {
+		if h != nil {
+			m.lose(h, fmt.Errorf("%w: not held when unlocking (lease ran out or force-unlocked)", ErrLockLost))
+		}
+		return m.errorf(ErrNotHeld)
+	}
+	result.HoldCount = int(left)
+	if h == nil {
+		return nil
+	}
+	m.mu.Lock()
+	h.count = int(left)
+	ended := left == 0 && h.endLocked(ErrReleased)
+	m.mu.Unlock()
+	if ended {
+		result.Held = time.Since(h.acquired)
+		m.c.unregister(h)
+	}
+	return nil
+}
+
+// ForceUnlock releases the lock whoever holds it and wakes the next waiter
+// (B8). It reports whether a holder was removed.
+func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
+	if err := m.checkCall(ctx); err != nil {
+		return false, err
+	}
+	if obs := m.c.cfg.observer; obs != nil {
+		var tr ReleaseTracker
+		ctx, tr = obs.StartRelease(ctx, m.call(OpForceUnlock))
+		defer func() {
+			res := ReleaseResult{Err: err, Outcome: OutcomeReleased}
+			if err != nil {
+				res.Outcome = OutcomeError
+			} else if !released {
+				res.Outcome = OutcomeNotHeld
+			}
+			tr.End(res)
+		}()
+	}
+	rep, err := m.c.b.Eval(ctx, m.c.scripts.forceUnlock,
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.keys.channel, m.c.cfg.publish})
+	if err != nil {
+		return false, m.errorf(err)
+	}
+	n, err := rep.AsInt()
+	if err != nil {
+		return false, m.errorf(err)
+	}
+	m.dropLocalHold("force-unlocked")
+	return n == 1, nil
+}
+
+// Delete removes the lock's state - the lock hash, queue and timeouts -
+// whoever holds it, and wakes the head waiter, which takes the lock; other
+// waiters queue again at their next heartbeat (B8, X3). The fencing counter
+// is kept so tokens never go backwards. It reports whether anything existed.
+func (m *Mutex) Delete(ctx context.Context) (bool, error) {
+	if err := m.checkCall(ctx); err != nil {
+		return false, err
+	}
+	rep, err := m.c.b.Eval(ctx, m.c.scripts.delete,
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.keys.channel, m.c.cfg.publish})
+	if err != nil {
+		return false, m.errorf(err)
+	}
+	n, err := rep.AsInt()
+	if err != nil {
+		return false, m.errorf(err)
+	}
+	m.dropLocalHold("deleted")
+	return n > 0, nil
+}
+
+func (m *Mutex) dropLocalHold(how string) {
+	m.mu.Lock()
+	h := m.hold
+	m.mu.Unlock()
+	if h != nil {
+		m.lose(h, fmt.Errorf("%w: lock %s", ErrLockLost, how))
+	}
+}
+
+func (m *Mutex) checkCall(ctx context.Context) error {
+	if ctx == nil {
+		return m.errorf(ErrNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return m.errorf(err)
+	}
+	if m.c.isClosed() {
+		return m.errorf(ErrClosed)
+	}
+	return nil
+}
+
+func (m *Mutex) call(op Op) Call { return Call{Op: op, Name: m.name, Owner: m.owner} }
+
+func (m *Mutex) errorf(err error) error {
+	return fmt.Errorf("lock %q (owner %s): %w", m.name, m.field, err)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// ParseOwner parses an owner field "<clientID>:<ownerID>" as found in the
+// lock hash and queue (Redisson writes "<uuid>:<threadId>").
+func ParseOwner(field string) (Owner, error) {
+	i := strings.LastIndexByte(field, ':')
+	if i <= 0 {
+		return Owner{}, fmt.Errorf("lock: owner field %q has no \"<client>:<id>\" form", field)
+	}
+	id, err := strconv.ParseInt(field[i+1:], 10, 64)
+	if err != nil {
+		return Owner{}, fmt.Errorf("lock: owner field %q: %w", field, err)
+	}
+	return Owner{ClientID: field[:i], ID: id}, nil
+}

@@ -1,0 +1,94 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Op names a Mutex operation for an Observer.
+type Op string
+
+// Operations reported to an Observer.
+const (
+	OpLock        Op = "Lock"
+	OpTryLock     Op = "TryLock"
+	OpTryLockOnce Op = "TryLockOnce"
+	OpUnlock      Op = "Unlock"
+	OpForceUnlock Op = "ForceUnlock"
+)
+
+// Outcome is how an acquire or release ended.
+type Outcome string
+
+// Outcomes reported to an Observer.
+const (
+	OutcomeAcquired  Outcome = "acquired"  // a new hold
+	OutcomeReentered Outcome = "reentered" // the holder acquired again
+	OutcomeTimedOut  Outcome = "timed_out" // TryLock's wait ran out, or TryLockOnce found it taken
+	OutcomeCancelled Outcome = "cancelled" // the caller's context ended
+	OutcomeReleased  Outcome = "released"  // Unlock or ForceUnlock did its work
+	OutcomeNotHeld   Outcome = "not_held"  // Unlock by a non-holder; ForceUnlock of a free lock
+	OutcomeError     Outcome = "error"     // anything else: see Err
+)
+
+// Call identifies the operation an Observer is told about.
+type Call struct {
+	Op    Op
+	Name  string // the lock name, without the key prefix
+	Owner Owner
+}
+
+// AcquireResult is what an acquire call ended with.
+type AcquireResult struct {
+	Outcome Outcome
+	Err     error         // nil unless Outcome is OutcomeError, OutcomeCancelled or OutcomeTimedOut
+	Wait    time.Duration // time from the call to its end
+	// Position is the 1-based queue position when the owner first queued,
+	// 0 if it never queued.
+	Position  int
+	Wakeups   int   // wake-up messages and reconnects received while waiting
+	HoldCount int   // hold count after the call (0 unless acquired)
+	Token     int64 // fencing token of the hold (0 unless acquired)
+}
+
+// ReleaseResult is what a release call ended with.
+type ReleaseResult struct {
+	Outcome   Outcome
+	Err       error
+	HoldCount int           // the owner's hold count left (Unlock)
+	Held      time.Duration // how long the hold lasted, when this call ended it
+}
+
+// Observer receives lock events for tracing and metrics. Package otel
+// implements it with OpenTelemetry; the lock package itself imports no
+// telemetry library. Methods are called synchronously and must be quick
+// and safe for concurrent use.
+type Observer interface {
+	// StartAcquire is called when Lock, TryLock or TryLockOnce starts. The
+	// returned context carries on to the Redis calls the acquire makes (so
+	// client spans nest under it), and the tracker hears the rest.
+	StartAcquire(ctx context.Context, c Call) (context.Context, AcquireTracker)
+	// StartRelease is called when Unlock or ForceUnlock starts.
+	StartRelease(ctx context.Context, c Call) (context.Context, ReleaseTracker)
+	// HoldLost is called once when a hold ends without Unlock (X7); err
+	// wraps ErrLockLost and says why.
+	HoldLost(c Call, token int64, held time.Duration, err error)
+	// Renewed is called for every watchdog renewal; err is nil on success.
+	Renewed(c Call, err error)
+}
+
+// AcquireTracker follows one acquire call.
+type AcquireTracker interface {
+	// Queued: the owner joined the queue at this 1-based position.
+	Queued(position int)
+	// Woken: a wake-up arrived while waiting; reconnect tells a reconnect
+	// of the subscription apart from an unlock message.
+	Woken(reconnect bool)
+	// End: the call returns.
+	End(AcquireResult)
+}
+
+// ReleaseTracker follows one release call.
+type ReleaseTracker interface {
+	End(ReleaseResult)
+}

@@ -1,0 +1,136 @@
+package lock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults. See the options that change them.
+const (
+	// DefaultLease is the lease of a hold renewed by the watchdog: the
+	// lock frees itself this long after its holder stops renewing (B6).
+	DefaultLease = 30 * time.Second
+	// DefaultWaiterTimeout is how long a queued owner stays in line without
+	// a heartbeat. Live waiters refresh their deadline every third of it
+	// (X2), so only a dead waiter is ever dropped, and it delays the queue
+	// by at most this long.
+	DefaultWaiterTimeout = 5 * time.Second
+	// MaxDuration is the longest lease or wait accepted.
+	MaxDuration = 10 * 365 * 24 * time.Hour
+	// WatchdogLease, passed as the lease of TryLock or TryLockOnce, asks
+	// for the client's watchdog lease (WithLease), renewed while held -
+	// what Lock does. It is the only non-positive lease accepted.
+	WatchdogLease time.Duration = -1
+)
+
+// unlockLatchTTL is how long an unlock's result is kept for a retry of the
+// same request (B10). Retries happen within one Unlock call.
+const unlockLatchTTL = 30 * time.Second
+
+type config struct {
+	lease         time.Duration
+	waiterTimeout time.Duration
+	keyPrefix     string
+	publish       string
+	observer      Observer
+}
+
+// Option configures a Client.
+type Option func(*config) error
+
+// WithLease sets the watchdog lease (default DefaultLease, 30 s): holds
+// taken by Lock are renewed to it every third of it while held, and a
+// crashed holder's lock frees itself after it. At least 3 ms.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if err := checkDuration("lease", d); err != nil {
+			return err
+		}
+		if d < 3*time.Millisecond {
+			return fmt.Errorf("%w: lease %v is shorter than 3ms", ErrInvalidDuration, d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithWaiterTimeout sets how long a queued owner may go without a
+// heartbeat before others treat it as dead (default DefaultWaiterTimeout,
+// 5 s). Waiters heartbeat every third of it. At least 3 ms.
+func WithWaiterTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if err := checkDuration("waiter timeout", d); err != nil {
+			return err
+		}
+		if d < 3*time.Millisecond {
+			return fmt.Errorf("%w: waiter timeout %v is shorter than 3ms", ErrInvalidDuration, d)
+		}
+		c.waiterTimeout = d
+		return nil
+	}
+}
+
+// WithKeyPrefix puts prefix in front of every lock name (default none):
+// lock "orders" with prefix "app:" lives at key "app:orders" and queues at
+// "redisson_lock_queue:{app:orders}", as with a Redisson NameMapper that
+// adds the same prefix.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.keyPrefix = prefix
+		return nil
+	}
+}
+
+// WithShardedPubSub makes the scripts wake waiters with SPUBLISH instead of
+// PUBLISH (default off), for Redis 7 clusters whose subscribers use
+// SSUBSCRIBE, as Redisson does there.
+func WithShardedPubSub() Option {
+	return func(c *config) error {
+		c.publish = "spublish"
+		return nil
+	}
+}
+
+// WithObserver reports every acquire and release to o (default none; see
+// package otel). With no observer the lock does no tracing work at all.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// MutexOption configures a Mutex.
+type MutexOption func(*mutexConfig) error
+
+type mutexConfig struct {
+	ownerID    int64
+	ownerIDSet bool
+}
+
+// WithOwnerID makes the Mutex act for the given owner ID of this client
+// instead of a fresh one. Two Mutexes of one Client with the same name and
+// owner ID are one owner: they re-enter each other's holds. Use it to share
+// ownership across goroutines deliberately, or to mirror a Java thread ID.
+func WithOwnerID(id int64) MutexOption {
+	return func(c *mutexConfig) error {
+		c.ownerID, c.ownerIDSet = id, true
+		return nil
+	}
+}
+
+// checkDuration is the X10 check for user durations.
+func checkDuration(what string, d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %s %v is not positive", ErrInvalidDuration, what, d)
+	case d < time.Millisecond:
+		return fmt.Errorf("%w: %s %v is shorter than 1ms", ErrInvalidDuration, what, d)
+	case d > MaxDuration:
+		return fmt.Errorf("%w: %s %v exceeds MaxDuration", ErrInvalidDuration, what, d)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+-- acquire.lua: take the lock, re-enter it, or queue for it.
+--
+-- KEYS[1] lock hash        field "<clientID>:<ownerID>" -> hold count
+-- KEYS[2] queue            list of waiting owners, head first
+-- KEYS[3] timeouts         zset owner -> deadline (server ms)
+-- KEYS[4] token counter    fencing-token counter
+-- ARGV[1] owner field
+-- ARGV[2] lease in ms
+-- ARGV[3] waiter timeout in ms: a queued owner's deadline is now + this
+-- ARGV[4] mode: "wait" queues (or refreshes) the owner, "once" never queues
+-- ARGV[5] channel prefix, "redisson_lock__channel:{name}"
+-- ARGV[6] publish command ("publish" or "spublish")
+-- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
+--
+-- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
+-- newly acquired; more: re-entered), or {0, waitHintMs, position} when it
+-- does not: position is the owner's 1-based queue position when this call
+-- queued it, else 0; waitHintMs is always >= 1 (X4).
+--
+-- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
+-- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
+-- calling again refreshes its own deadline, X3 a free lock with someone else
+-- at the head wakes that head, X6 fencing token, X8 no loop over waiters.
+local now = server_now()
+local me = ARGV[1]
+purge(KEYS[2], KEYS[3], now)
+
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('lindex', KEYS[2], 0)
+  if (not head) or head == me then
+    if head then
+      redis.call('lpop', KEYS[2])
+      redis.call('zrem', KEYS[3], me)
+    end
+    redis.call('hset', KEYS[1], me, 1)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return {1, redis.call('incr', KEYS[4]), 1}
+  end
+  -- Free, but another owner is first in line: make sure it knows.
+  redis.call(ARGV[6], ARGV[5] .. ':' .. head, '0')
+elseif redis.call('hexists', KEYS[1], me) == 1 then
+  local count = redis.call('hincrby', KEYS[1], me, 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('get', KEYS[4]) or '0'), count}
+end
+
+local hint = tonumber(ARGV[7])
+if ARGV[4] == 'once' then
+  return {0, hint, 0}
+end
+
+local position = 0
+if redis.call('zscore', KEYS[3], me) then
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), me)
+else
+  position = redis.call('rpush', KEYS[2], me)
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), me)
+end
+-- Only the head can take over when the lease runs out, so only the head
+-- waits no longer than the lease (X3) and the others keep their heartbeat
+-- pace: a lease expiry wakes one waiter, not the whole queue.
+if position == 1 or redis.call('lindex', KEYS[2], 0) == me then
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 and ttl < hint then
+    hint = ttl
+  end
+end
+return {0, hint, position}

@@ -1,0 +1,19 @@
+-- delete.lua: remove the lock's state: hash, queue and timeouts. The fencing
+-- counter stays, so tokens never go backwards (X6).
+--
+-- KEYS[1] lock hash
+-- KEYS[2] queue
+-- KEYS[3] timeouts
+-- ARGV[1] channel prefix
+-- ARGV[2] publish command
+--
+-- Returns the number of keys removed.
+--
+-- Rules: B8 delete, X3 the head is woken: it finds the lock free and takes
+-- it; the other waiters notice at their next heartbeat and queue again.
+local head = redis.call('lindex', KEYS[2], 0)
+local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3])
+if head then
+  redis.call(ARGV[2], ARGV[1] .. ':' .. head, '0')
+end
+return removed
