@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,9 +12,11 @@ type Event struct {
 	// Payload is the message body ("0" for an unlock wake-up); empty for a
 	// Reconnect event.
 	Payload string
-	// Reconnect reports that the subscription connection was lost and has
-	// been re-established: messages sent meanwhile are lost, so the
-	// receiver must re-check whatever it waits for.
+	// Reconnect reports that the subscription connection dropped, or came
+	// back after dropping: messages sent meanwhile are lost, so the
+	// receiver must re-check whatever it waits for. Both edges are
+	// reported, so a receiver also learns promptly that the server went
+	// away.
 	Reconnect bool
 }
 
@@ -200,8 +201,8 @@ const (
 	maxRedial = 2 * time.Second
 )
 
-// watch waits for conn to end, then re-dials until it succeeds or the hub
-// closes, and tells every subscriber to re-check.
+// watch waits for conn to end, tells every subscriber to re-check, then
+// re-dials until it succeeds or the hub closes, and tells them again.
 func (h *Hub) watch(conn PubSubConn, done <-chan error) {
 	defer h.wg.Done()
 	select {
@@ -215,6 +216,7 @@ func (h *Hub) watch(conn PubSubConn, done <-chan error) {
 	}
 	h.wire.Unlock()
 	conn.Close()
+	h.broadcastReconnect()
 	delay := minRedial
 	for {
 		h.wire.Lock()
@@ -260,6 +262,3 @@ func (h *Hub) Close() error {
 	h.wg.Wait()
 	return nil
 }
-
-// IsClosed reports whether err is ErrClosed.
-func IsClosed(err error) bool { return errors.Is(err, ErrClosed) }

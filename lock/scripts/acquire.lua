@@ -61,8 +61,9 @@ end
 -- pace: a lease expiry wakes one waiter, not the whole queue.
 if position == 1 or redis.call('lindex', KEYS[2], 0) == me then
   local ttl = redis.call('pttl', KEYS[1])
-  if ttl > 0 and ttl < hint then
-    hint = ttl
+  if ttl >= 0 and ttl < hint then
+    -- PTTL says 0 in the last millisecond; never hint 0 (X4).
+    hint = math.max(ttl, 1)
   end
 end
 return {0, hint, position}

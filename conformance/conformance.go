@@ -1,0 +1,111 @@
+// Package conformance is the test suite every fairlock backend must pass.
+// It checks each behaviour rule of the fair lock (the B- and X-rules of
+// SPEC.md, named in the subtests) through the lock package running on the
+// backend under test, so two backends that pass it behave the same.
+//
+// Run it from a test in the backend's package:
+//
+//	func TestConformance(t *testing.T) {
+//		srv := redistest.Start(t) // or any Redis 7 you control
+//		conformance.Run(t, func(t *testing.T) backend.Backend {
+//			b := mybackend.New(mybackend.Dial(srv.Addr()))
+//			t.Cleanup(func() { b.Close() })
+//			return b
+//		}, conformance.WithServer(srv))
+//	}
+//
+// The factory is called once per simulated process and must return a new,
+// independent backend (its own subscription connection) on the same server
+// each time; the suite closes the lock clients it builds, the factory's
+// cleanup closes the backend. Everything the suite reads or writes goes
+// through the backend under test; WithServer adds the cases that need to
+// pause, stop or restart the server, and they are skipped, saying so, when
+// it is not given. Subtests use their own lock names and run in parallel,
+// except the fault cases, which run one at a time at the end.
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Factory returns a new backend connected to the server under test.
+type Factory func(t *testing.T) backend.Backend
+
+// Server controls the Redis server under test, for the fault cases.
+// *redistest.Server implements it.
+type Server interface {
+	// Addr is the server's "host:port".
+	Addr() string
+	// Do sends one raw command and returns its decoded reply.
+	Do(t testing.TB, args ...string) any
+	// Pause stops the server process (SIGSTOP) until Resume.
+	Pause(t testing.TB)
+	// Resume continues a paused server and waits until it answers.
+	Resume(t testing.TB)
+	// Stop shuts the server down; Restart starts it again on the same
+	// address, with an empty dataset and script cache.
+	Stop(t testing.TB)
+	Restart(t testing.TB)
+}
+
+// Option configures Run.
+type Option func(*config)
+
+type config struct {
+	server Server
+	scale  int
+}
+
+// WithServer gives the suite control of the server, enabling the fault
+// cases (server restart, SCRIPT FLUSH, pause).
+func WithServer(s Server) Option { return func(c *config) { c.server = s } }
+
+// WithScale multiplies the sizes of the load cases (default 1: 500 owners
+// in the many-owners case); values below 1 are taken as 1.
+func WithScale(n int) Option { return func(c *config) { c.scale = max(n, 1) } }
+
+// testCase is one subtest.
+type testCase struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}
+
+// Run runs the suite against the backends newBackend returns.
+func Run(t *testing.T, newBackend Factory, opts ...Option) {
+	cfg := config{scale: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &suite{newBackend: newBackend, cfg: cfg}
+	t.Run("rules", func(t *testing.T) {
+		for _, tc := range ruleCases() {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, s)
+			})
+		}
+	})
+	t.Run("faults", func(t *testing.T) {
+		for _, tc := range faultCases() {
+			t.Run(tc.name, func(t *testing.T) {
+				if cfg.server == nil {
+					t.Skip("conformance: no Server given (WithServer); fault cases need one")
+				}
+				tc.run(t, s)
+			})
+		}
+	})
+}
+
+// Bounds used by the timing checks. They are upper bounds for a loaded
+// 2-core CI machine running with -race, not speed goals (those live in
+// benchmarks).
+const (
+	// slack is added to every "within" bound.
+	slack = 2 * time.Second
+	// eventually bounds polling for a state that must come.
+	eventually = 10 * time.Second
+)

@@ -1,0 +1,263 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock"
+)
+
+type suite struct {
+	newBackend Factory
+	cfg        config
+}
+
+// proc is one simulated process: a backend (counted) and a lock client.
+type proc struct {
+	b *countingBackend
+	c *lock.Client
+}
+
+// newProc builds a backend and a lock client on it, closed at cleanup.
+func (s *suite) newProc(t *testing.T, opts ...lock.Option) *proc {
+	t.Helper()
+	b := &countingBackend{Backend: s.newBackend(t), counts: map[string]int{}}
+	c, err := lock.NewClient(b, opts...)
+	if err != nil {
+		t.Fatalf("lock.NewClient: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &proc{b: b, c: c}
+}
+
+func (p *proc) mutex(t *testing.T, name string, opts ...lock.MutexOption) *lock.Mutex {
+	t.Helper()
+	m, err := p.c.NewMutex(name, opts...)
+	if err != nil {
+		t.Fatalf("NewMutex(%q): %v", name, err)
+	}
+	return m
+}
+
+// lockName returns a lock name no other subtest uses.
+func lockName(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	return "conformance:" + name + ":" + hex.EncodeToString(b[:])
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// keysOf returns the lock's hash, queue and timeouts keys for a name
+// without braces (Redisson's naming).
+func keysOf(name string) []string {
+	return []string{name, "redisson_lock_queue:{" + name + "}", "redisson_lock_timeout:{" + name + "}"}
+}
+
+// rawState reads, through the backend, what the lock's keys hold.
+type rawState struct {
+	hashExists bool
+	queue      []string
+	timeouts   int64
+}
+
+const rawStateLua = `
+return {redis.call('exists', KEYS[1]), redis.call('lrange', KEYS[2], 0, -1), redis.call('zcard', KEYS[3])}`
+
+func readRaw(t *testing.T, b backend.Backend, name string) rawState {
+	t.Helper()
+	rep, err := b.Eval(context.Background(), backend.NewScript("conformance_raw", rawStateLua), keysOf(name), nil)
+	if err != nil {
+		t.Fatalf("read raw state: %v", err)
+	}
+	if rep.Kind != backend.Array || len(rep.Elems) != 3 {
+		t.Fatalf("raw state reply %+v", rep)
+	}
+	var st rawState
+	st.hashExists = rep.Elems[0].Int == 1
+	for _, e := range rep.Elems[1].Elems {
+		st.queue = append(st.queue, e.Str)
+	}
+	st.timeouts = rep.Elems[2].Int
+	return st
+}
+
+// evalRaw runs a test-only script through the backend.
+func evalRaw(t *testing.T, b backend.Backend, src string, keys []string, args ...string) backend.Reply {
+	t.Helper()
+	rep, err := b.Eval(context.Background(), backend.NewScript("conformance_test", src), keys, args)
+	if err != nil {
+		t.Fatalf("eval test script: %v", err)
+	}
+	return rep
+}
+
+// injectWaiter puts a queue entry for a fake owner whose deadline is
+// ttl from the server's now, as a waiter that then stopped heartbeating
+// (crashed) would leave; ttl <= 0 makes it already dead.
+func injectWaiter(t *testing.T, b backend.Backend, name, owner string, ttl time.Duration) {
+	t.Helper()
+	evalRaw(t, b, `
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('rpush', KEYS[2], ARGV[1])
+redis.call('zadd', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
+return 1`, keysOf(name), owner, fmt.Sprint(ttl.Milliseconds()))
+}
+
+// waitUntil polls cond every few milliseconds until it holds, failing the
+// test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// queueLen reads the queue length through Inspect.
+func queueLen(t *testing.T, m *lock.Mutex) int {
+	t.Helper()
+	st, err := m.Inspect(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	return st.QueueLength
+}
+
+// waitQueued waits until the lock's queue has n entries.
+func waitQueued(t *testing.T, m *lock.Mutex, n int) {
+	t.Helper()
+	waitUntil(t, eventually, fmt.Sprintf("queue length %d", n), func() bool { return queueLen(t, m) == n })
+}
+
+// result is what an acquire in a goroutine ended with.
+type result struct {
+	h   *lock.Hold
+	err error
+	at  time.Time
+}
+
+// goAcquire runs acquire in a goroutine and returns where its result goes.
+func goAcquire(acquire func() (*lock.Hold, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := acquire()
+		ch <- result{h, err, time.Now()}
+	}()
+	return ch
+}
+
+// await receives a result within d or fails.
+func await(t *testing.T, ch <-chan result, d time.Duration, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("%s: no result within %v", what, d)
+		return result{}
+	}
+}
+
+// mustNotArrive checks that ch stays empty for d (used only where the rule
+// is that something must NOT happen yet, e.g. a waiter while the lock is
+// held).
+func mustNotArrive(t *testing.T, ch <-chan result, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: got %+v, want nothing yet", what, r)
+	case <-time.After(d):
+	}
+}
+
+func mustLock(t *testing.T, m *lock.Mutex) *lock.Hold {
+	t.Helper()
+	h, err := m.Lock(ctxFor(t, eventually))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	return h
+}
+
+func mustUnlock(t *testing.T, m *lock.Mutex) {
+	t.Helper()
+	if err := m.Unlock(ctxFor(t, eventually)); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// countingBackend counts script calls by name and can drop replies.
+type countingBackend struct {
+	backend.Backend
+	mu     sync.Mutex
+	counts map[string]int
+	// loseReply, if set, runs a script but reports a network error
+	// instead of its reply when it returns true.
+	loseReply func(script string) bool
+}
+
+var errLostReply = errors.New("conformance: simulated lost reply")
+
+func (b *countingBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	b.mu.Lock()
+	b.counts[s.Name]++
+	lose := b.loseReply != nil && b.loseReply(s.Name)
+	b.mu.Unlock()
+	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	if lose && err == nil {
+		return backend.Reply{}, errLostReply
+	}
+	return rep, err
+}
+
+func (b *countingBackend) EvalBatch(ctx context.Context, calls []backend.Call) []backend.Result {
+	b.mu.Lock()
+	for _, c := range calls {
+		b.counts[c.Script.Name]++
+	}
+	b.mu.Unlock()
+	return b.Backend.EvalBatch(ctx, calls)
+}
+
+func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	b.mu.Lock()
+	b.counts["SUBSCRIBE"]++
+	b.mu.Unlock()
+	return b.Backend.Subscribe(ctx, channel)
+}
+
+func (b *countingBackend) count(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.counts[name]
+}
+
+func (b *countingBackend) total() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, c := range b.counts {
+		n += c
+	}
+	return n
+}

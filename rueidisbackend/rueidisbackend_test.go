@@ -1,0 +1,40 @@
+package rueidisbackend_test
+
+import (
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+func newFactory(srv *redistest.Server, opt rueidis.ClientOption) conformance.Factory {
+	return func(t *testing.T) backend.Backend {
+		opt := opt
+		opt.InitAddress = []string{srv.Addr()}
+		rc, err := rueidis.NewClient(opt)
+		if err != nil {
+			t.Fatalf("rueidis.NewClient: %v", err)
+		}
+		b := rueidisbackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance.Run(t, newFactory(srv, rueidis.ClientOption{}), conformance.WithServer(srv))
+}
+
+// TestConformanceDisableCache covers servers without client-side caching
+// (CLIENT TRACKING), as the adapter documents.
+func TestConformanceDisableCache(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance.Run(t, newFactory(srv, rueidis.ClientOption{DisableCache: true}), conformance.WithServer(srv))
+}

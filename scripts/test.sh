@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test of the module against real Redis servers.
+#
+# The tests start their own redis-server processes on free loopback ports,
+# so they need the redis-server binary: when it is missing this script
+# installs Debian's redis-server package (apt-get update first), and stops
+# with an error if it cannot. Set FAIRLOCK_REDIS_SERVER to use another
+# binary. Tests that need Redis fail, never skip, when it cannot start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'test.sh: %s\n' "$*" >&2; }
+
+if [ -n "${FAIRLOCK_REDIS_SERVER:-}" ]; then
+  [ -x "$FAIRLOCK_REDIS_SERVER" ] || { say "FAIRLOCK_REDIS_SERVER=$FAIRLOCK_REDIS_SERVER is not executable"; exit 1; }
+elif ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
+  say "redis-server not found: installing Debian's redis-server package"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }; then
+    say "could not install redis-server. The tests need a real Redis 7: install redis-server, or set FAIRLOCK_REDIS_SERVER to its path."
+    exit 1
+  fi
+fi
+"${FAIRLOCK_REDIS_SERVER:-$(command -v redis-server || echo /usr/bin/redis-server)}" --version
+
+go version
+go vet ./...
+go test -race -count=1 -timeout 25m ./...
+# A short run of each fuzz target (names and durations, SPEC X10).
+go test -run '^$' -fuzz '^FuzzLockName$' -fuzztime 10s ./lock/
+go test -run '^$' -fuzz '^FuzzDuration$' -fuzztime 5s ./lock/

@@ -1,0 +1,166 @@
+// Package valkeybackend adapts a github.com/valkey-io/valkey-go client to
+// backend.Backend, so package lock can run on it.
+//
+// Scripts run through valkey-go's own Lua support (EVALSHA, and EVAL on
+// NOSCRIPT, which loads the script and runs it in the same round trip),
+// on the client's auto-pipelined connections: concurrent lock calls share
+// one write. Watchdog renewals go out as one DoMulti per tick. Wake-ups
+// arrive on one dedicated connection per Backend (Dedicate plus
+// SetPubSubHooks), which subscribes and unsubscribes channels at run time
+// and is re-dialled, with every channel re-subscribed, when it drops.
+//
+// Client options: any standalone, sentinel or cluster client works, and so
+// does a client wrapped by valkeyotel. On servers without CLIENT TRACKING
+// (miniredis, some proxies) set ClientOption.DisableCache; for miniredis
+// also ForceSingleClient. The lock does not use client-side caching: every
+// lock read must see the server's current state, and the wake-up timers
+// already end at the lease expiry, so cached reads bought nothing we could
+// measure (see the README).
+package valkeybackend
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Backend implements backend.Backend on a valkey.Client.
+type Backend struct {
+	client  valkey.Client
+	hub     *backend.Hub
+	scripts sync.Map // SHA1 -> *valkey.Lua
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a Backend using client. Closing the Backend does not close
+// the client.
+func New(client valkey.Client) *Backend {
+	b := &Backend{client: client}
+	b.hub = backend.NewHub(b.dial)
+	return b
+}
+
+func (b *Backend) lua(s *backend.Script) *valkey.Lua {
+	if l, ok := b.scripts.Load(s.SHA1); ok {
+		return l.(*valkey.Lua)
+	}
+	l, _ := b.scripts.LoadOrStore(s.SHA1, valkey.NewLuaScript(s.Source))
+	return l.(*valkey.Lua)
+}
+
+// Eval implements backend.Backend.
+func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	return convert(b.lua(s).Exec(ctx, b.client, keys, args))
+}
+
+// EvalBatch implements backend.Backend with one DoMulti; a call the server
+// answers with NOSCRIPT runs again through Eval.
+func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend.Result {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make(valkey.Commands, len(calls))
+	for i, c := range calls {
+		cmds[i] = b.client.B().Evalsha().Sha1(c.Script.SHA1).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	}
+	out := make([]backend.Result, len(calls))
+	for i, res := range b.client.DoMulti(ctx, cmds...) {
+		if rerr, ok := valkey.IsValkeyErr(res.Error()); ok && rerr.IsNoScript() {
+			out[i].Reply, out[i].Err = b.Eval(ctx, calls[i].Script, calls[i].Keys, calls[i].Args)
+			continue
+		}
+		out[i].Reply, out[i].Err = convert(res)
+	}
+	return out
+}
+
+// Subscribe implements backend.Backend.
+func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return b.hub.Subscribe(ctx, channel)
+}
+
+// Close closes the subscription connection. It does not close the client.
+func (b *Backend) Close() error { return b.hub.Close() }
+
+func (b *Backend) dial(ctx context.Context, deliver func(channel, payload string)) (backend.PubSubConn, <-chan error, error) {
+	dc, _ := b.client.Dedicate()
+	done := dc.SetPubSubHooks(valkey.PubSubHooks{
+		OnMessage: func(m valkey.PubSubMessage) { deliver(m.Channel, m.Message) },
+	})
+	// Make sure the connection is up before handing it out.
+	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
+		dc.Close()
+		return nil, nil, err
+	}
+	return pubSubConn{dc}, done, nil
+}
+
+type pubSubConn struct{ dc valkey.DedicatedClient }
+
+func (c pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
+	return c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error()
+}
+
+func (c pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
+	return c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error()
+}
+
+func (c pubSubConn) Close() { c.dc.Close() }
+
+// convert maps a valkey-go result to a backend reply: server error replies
+// become *backend.ServerError, a nil reply becomes backend.Nil.
+func convert(res valkey.ValkeyResult) (backend.Reply, error) {
+	if err := res.Error(); err != nil {
+		if valkey.IsValkeyNil(err) {
+			return backend.Reply{}, nil
+		}
+		if rerr, ok := valkey.IsValkeyErr(err); ok {
+			return backend.Reply{}, &backend.ServerError{Message: rerr.Error()}
+		}
+		if errors.Is(err, valkey.ErrClosing) {
+			return backend.Reply{}, errors.Join(backend.ErrClosed, err)
+		}
+		return backend.Reply{}, err
+	}
+	msg, err := res.ToMessage()
+	if err != nil {
+		return backend.Reply{}, err
+	}
+	return fromMessage(msg)
+}
+
+func fromMessage(m valkey.ValkeyMessage) (backend.Reply, error) {
+	switch {
+	case m.IsNil():
+		return backend.Reply{}, nil
+	case m.IsInt64():
+		n, err := m.AsInt64()
+		return backend.IntReply(n), err
+	case m.IsString():
+		s, err := m.ToString()
+		return backend.StringReply(s), err
+	case m.IsArray():
+		arr, err := m.ToArray()
+		if err != nil {
+			return backend.Reply{}, err
+		}
+		elems := make([]backend.Reply, len(arr))
+		for i := range arr {
+			if elems[i], err = fromMessage(arr[i]); err != nil {
+				return backend.Reply{}, err
+			}
+		}
+		return backend.ArrayReply(elems...), nil
+	case m.IsBool():
+		v, err := m.AsBool()
+		if v {
+			return backend.IntReply(1), err
+		}
+		return backend.Reply{}, err
+	}
+	return backend.Reply{}, backend.ErrUnexpectedReply
+}

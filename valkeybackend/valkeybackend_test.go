@@ -1,0 +1,33 @@
+package valkeybackend_test
+
+import (
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/valkey-io/valkey-go"
+)
+
+func newFactory(srv *redistest.Server, opt valkey.ClientOption) conformance.Factory {
+	return func(t *testing.T) backend.Backend {
+		opt := opt
+		opt.InitAddress = []string{srv.Addr()}
+		rc, err := valkey.NewClient(opt)
+		if err != nil {
+			t.Fatalf("valkey.NewClient: %v", err)
+		}
+		b := valkeybackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance.Run(t, newFactory(srv, valkey.ClientOption{}), conformance.WithServer(srv))
+}
