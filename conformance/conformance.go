@@ -25,6 +25,7 @@
 package conformance
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	}
 	s := &suite{newBackend: newBackend, cfg: cfg}
 	t.Run("rules", func(t *testing.T) {
-		for _, tc := range ruleCases() {
+		for _, tc := range slices.Concat(ruleCases(), parityCases(), historyCases()) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				tc.run(t, s)
