@@ -46,6 +46,7 @@ func ruleCases() []testCase {
 		{"X7_LostLockIsSignalled", testX7LostLock},
 		{"X10_BadInputTouchesNothing", testX10BadInput},
 		{"ManyOwnersEachAcquireOnce", testManyOwners},
+		{"X11_ShardedPublishStillWakesWaiters", testShardedPublish},
 	}
 }
 
@@ -894,6 +895,24 @@ func testManyOwners(t *testing.T, s *suite) {
 		if c != 1 {
 			t.Errorf("owner %s acquired %d times", o, c)
 		}
+	}
+}
+
+func testShardedPublish(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t, lock.WithShardedPublish()).mutex(t, name)
+	waiter := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
+	waitQueued(t, holder, 1)
+	unlocked := time.Now()
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, "waiter")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if d := r.at.Sub(unlocked); d > slack {
+		t.Errorf("hand-over with sharded publish took %v, want a wake-up", d)
 	}
 }
 

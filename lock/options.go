@@ -81,12 +81,16 @@ func WithKeyPrefix(prefix string) Option {
 	}
 }
 
-// WithShardedPubSub makes the scripts wake waiters with SPUBLISH instead of
-// PUBLISH (default off), for Redis 7 clusters whose subscribers use
-// SSUBSCRIBE, as Redisson does there.
-func WithShardedPubSub() Option {
+// WithShardedPublish makes the scripts wake waiters with SPUBLISH as well
+// as PUBLISH (default PUBLISH only). Turn it on for Redis 7 clusters shared
+// with Redisson clients, whose waiters subscribe with SSUBSCRIBE there.
+// fairlock's own waiters subscribe with plain SUBSCRIBE, which Redis
+// Cluster delivers from any node, so they need nothing else. Wake-ups that
+// Redisson sends with SPUBLISH do not reach fairlock waiters; those notice
+// within their heartbeat or the lease left, whichever is first.
+func WithShardedPublish() Option {
 	return func(c *config) error {
-		c.publish = "spublish"
+		c.publish = "publish,spublish"
 		return nil
 	}
 }

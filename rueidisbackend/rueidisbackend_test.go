@@ -38,3 +38,22 @@ func TestConformanceDisableCache(t *testing.T) {
 	srv := redistest.Start(t)
 	conformance.Run(t, newFactory(srv, rueidis.ClientOption{DisableCache: true}), conformance.WithServer(srv))
 }
+
+// TestConformanceCluster runs the suite on a three-primary Redis Cluster
+// through rueidis' cluster client: every key of a lock shares a slot, and
+// wake-ups published on one node reach the subscription on another.
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	conformance.Run(t, func(t *testing.T) backend.Backend {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Addrs()})
+		if err != nil {
+			t.Fatalf("rueidis.NewClient: %v", err)
+		}
+		b := rueidisbackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	})
+}

@@ -31,3 +31,22 @@ func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	conformance.Run(t, newFactory(srv, valkey.ClientOption{}), conformance.WithServer(srv))
 }
+
+// TestConformanceCluster runs the suite on a three-primary Redis Cluster
+// through valkey-go' cluster client: every key of a lock shares a slot, and
+// wake-ups published on one node reach the subscription on another.
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	conformance.Run(t, func(t *testing.T) backend.Backend {
+		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: cluster.Addrs()})
+		if err != nil {
+			t.Fatalf("valkey.NewClient: %v", err)
+		}
+		b := valkeybackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	})
+}

@@ -9,7 +9,7 @@
 -- ARGV[3] waiter timeout in ms: a queued owner's deadline is now + this
 -- ARGV[4] mode: "wait" queues (or refreshes) the owner, "once" never queues
 -- ARGV[5] channel prefix, "redisson_lock__channel:{name}"
--- ARGV[6] publish command ("publish" or "spublish")
+-- ARGV[6] publish commands ("publish" or "publish,spublish")
 -- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
@@ -37,7 +37,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     return {1, redis.call('incr', KEYS[4]), 1}
   end
   -- Free, but another owner is first in line: make sure it knows.
-  redis.call(ARGV[6], ARGV[5] .. ':' .. head, '0')
+  notify(ARGV[6], ARGV[5], head)
 elseif redis.call('hexists', KEYS[1], me) == 1 then
   local count = redis.call('hincrby', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], ARGV[2])

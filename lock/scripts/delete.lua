@@ -5,7 +5,7 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- ARGV[1] channel prefix
--- ARGV[2] publish command
+-- ARGV[2] publish commands
 --
 -- Returns the number of keys removed.
 --
@@ -14,6 +14,6 @@
 local head = redis.call('lindex', KEYS[2], 0)
 local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3])
 if head then
-  redis.call(ARGV[2], ARGV[1] .. ':' .. head, '0')
+  notify(ARGV[2], ARGV[1], head)
 end
 return removed

@@ -4,7 +4,7 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- ARGV[1] channel prefix
--- ARGV[2] publish command
+-- ARGV[2] publish commands
 --
 -- Returns 1 if a holder was removed, else 0.
 --

@@ -7,7 +7,7 @@
 -- KEYS[3] timeouts
 -- ARGV[1] owner field
 -- ARGV[2] channel prefix
--- ARGV[3] publish command
+-- ARGV[3] publish commands
 -- ARGV[4] "1": also drop one hold count of the owner if it holds the lock
 --         (the caller held nothing before the acquire whose reply was lost)
 --

@@ -28,12 +28,21 @@ local function purge(queue, timeouts, now)
   return removed
 end
 
--- wake_head publishes the unlock message "0" on the queue head's channel,
--- if there is a head (X3). Redisson waiters listen on the same channels.
+-- notify publishes the unlock message "0" on an owner's channel with each
+-- command in the comma-separated list publish ("publish", or
+-- "publish,spublish" on clusters where Redisson waiters use sharded
+-- pub/sub). Redisson waiters listen on the same channels (X11).
+local function notify(publish, channel_prefix, owner)
+  for cmd in string.gmatch(publish, '[^,]+') do
+    redis.call(cmd, channel_prefix .. ':' .. owner, '0')
+  end
+end
+
+-- wake_head wakes the queue head, if there is one (X3).
 local function wake_head(queue, channel_prefix, publish)
   local head = redis.call('lindex', queue, 0)
   if head then
-    redis.call(publish, channel_prefix .. ':' .. head, '0')
+    notify(publish, channel_prefix, head)
   end
   return head
 end

@@ -7,7 +7,7 @@
 -- ARGV[1] owner field
 -- ARGV[2] lease in ms, restored while holds remain
 -- ARGV[3] channel prefix
--- ARGV[4] publish command
+-- ARGV[4] publish commands
 -- ARGV[5] latch lifetime in ms
 --
 -- Returns the hold count left (0: released), or -1 when the owner does not
