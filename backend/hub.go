@@ -114,9 +114,21 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Subscription, err
 	set[s] = struct{}{}
 	h.mu.Unlock()
 	if first {
-		if err := h.conn.Subscribe(ctx, channel); err != nil {
+		err := h.conn.Subscribe(ctx, channel)
+		if err != nil && ctx.Err() == nil {
+			// The connection may have died without telling us yet (the
+			// server restarted): replace it once. connectLocked
+			// subscribes every channel, this one included.
+			h.conn.Close()
+			h.conn = nil
+			err = h.connectLocked(ctx)
+		}
+		if err != nil {
 			h.mu.Lock()
-			delete(h.subs, channel)
+			delete(set, s)
+			if len(set) == 0 {
+				delete(h.subs, channel)
+			}
 			h.mu.Unlock()
 			return nil, fmt.Errorf("subscribe %q: %w", channel, err)
 		}

@@ -74,6 +74,13 @@ type testCase struct {
 	run  func(t *testing.T, s *suite)
 }
 
+// sequentialCase is a subtest that runs alone.
+type sequentialCase struct {
+	testCase
+	// needsServer: the case uses the Server hooks (WithServer).
+	needsServer bool
+}
+
 // Run runs the suite against the backends newBackend returns.
 func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	cfg := config{scale: 1}
@@ -89,11 +96,12 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 			})
 		}
 	})
-	t.Run("faults", func(t *testing.T) {
-		for _, tc := range faultCases() {
+	// One at a time: these watch or disturb the whole server or process.
+	t.Run("sequential", func(t *testing.T) {
+		for _, tc := range sequentialCases() {
 			t.Run(tc.name, func(t *testing.T) {
-				if cfg.server == nil {
-					t.Skip("conformance: no Server given (WithServer); fault cases need one")
+				if tc.needsServer && cfg.server == nil {
+					t.Skip("conformance: no Server given (WithServer); this case needs one")
 				}
 				tc.run(t, s)
 			})

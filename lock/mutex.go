@@ -340,9 +340,18 @@ func (h *Hold) countNow() int {
 	return h.count
 }
 
-// unlockAttempts bounds Unlock's retries after a network error; the unlock
-// latch makes a retry of the same request return the first result (B10).
-const unlockAttempts = 3
+// attempts bounds the retries of idempotent calls (reads, and Unlock,
+// whose latch makes a retry of the same request return the first result,
+// B10) after a network error.
+const attempts = 3
+
+// retryable reports whether an idempotent call that ended with err should
+// be sent again: a network error (not a server's error reply, not the
+// caller's context), and attempts left.
+func retryable(ctx context.Context, err error, attempt int) bool {
+	var se *backend.ServerError
+	return err != nil && attempt < attempts && ctx.Err() == nil && !errors.As(err, &se) && !errors.Is(err, backend.ErrClosed)
+}
 
 // Unlock releases one hold of this owner (B2, B4): the lock is released when
 // the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
@@ -390,8 +399,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	var rep backend.Reply
 	for attempt := 1; ; attempt++ {
 		rep, err = m.c.b.Eval(ctx, m.c.scripts.unlock, keys, args)
-		var se *backend.ServerError
-		if err == nil || attempt == unlockAttempts || ctx.Err() != nil || errors.As(err, &se) {
+		if !retryable(ctx, err, attempt) {
 			break
 		}
 	}

@@ -63,9 +63,18 @@ func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
 	if limit < 0 {
 		return State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidOption, limit))
 	}
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.inspect,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token},
-		[]string{strconv.Itoa(limit)})
+	var rep backend.Reply
+	var err error
+	// Reads change nothing, so a network error (a connection the server
+	// closed, say) is retried, a few times at most.
+	for attempt := 1; ; attempt++ {
+		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect,
+			[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token},
+			[]string{strconv.Itoa(limit)})
+		if !retryable(ctx, err, attempt) {
+			break
+		}
+	}
 	if err != nil {
 		return State{}, m.errorf(err)
 	}
