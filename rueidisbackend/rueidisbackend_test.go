@@ -57,3 +57,26 @@ func TestConformanceCluster(t *testing.T) {
 		return b
 	})
 }
+
+// TestConformanceSentinel runs the suite through rueidis' sentinel client:
+// a primary with one replica, found through Redis Sentinel.
+func TestConformanceSentinel(t *testing.T) {
+	primary := redistest.Start(t)
+	redistest.StartReplica(t, primary)
+	sentinel := redistest.StartSentinel(t, primary, "fairlock")
+	conformance.Run(t, func(t *testing.T) backend.Backend {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{sentinel.Addr()},
+			Sentinel:    rueidis.SentinelOption{MasterSet: "fairlock"},
+		})
+		if err != nil {
+			t.Fatalf("rueidis.NewClient (sentinel): %v", err)
+		}
+		b := rueidisbackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	})
+}

@@ -50,3 +50,26 @@ func TestConformanceCluster(t *testing.T) {
 		return b
 	})
 }
+
+// TestConformanceSentinel runs the suite through valkey-go' sentinel client:
+// a primary with one replica, found through Redis Sentinel.
+func TestConformanceSentinel(t *testing.T) {
+	primary := redistest.Start(t)
+	redistest.StartReplica(t, primary)
+	sentinel := redistest.StartSentinel(t, primary, "fairlock")
+	conformance.Run(t, func(t *testing.T) backend.Backend {
+		rc, err := valkey.NewClient(valkey.ClientOption{
+			InitAddress: []string{sentinel.Addr()},
+			Sentinel:    valkey.SentinelOption{MasterSet: "fairlock"},
+		})
+		if err != nil {
+			t.Fatalf("valkey.NewClient (sentinel): %v", err)
+		}
+		b := valkeybackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	})
+}

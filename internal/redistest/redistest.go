@@ -70,6 +70,7 @@ func Binary() (string, error) {
 type config struct {
 	args    []string
 	cluster bool
+	monitor string // sentinel mode: the "sentinel monitor ..." config line
 }
 
 // Option configures a server started by Start or StartReplica.
@@ -161,6 +162,12 @@ func Start(t testing.TB, opts ...Option) *Server {
 			t.Fatalf("redistest: %v", err)
 		}
 		s.dir, s.port, s.args = dir, port, buildArgs(port, dir, cfg)
+		if cfg.monitor != "" {
+			// Sentinel keeps its state in a config file it rewrites.
+			if err := os.WriteFile(filepath.Join(dir, sentinelConf), []byte(cfg.monitor+"\n"), 0o644); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+		}
 
 		s.mu.Lock()
 		err = s.startLocked()
@@ -190,6 +197,9 @@ func buildArgs(port int, dir string, cfg config) []string {
 		// Start a replica's full sync at once instead of waiting 5 s for
 		// more replicas to show up.
 		"--repl-diskless-sync-delay", "0",
+	}
+	if cfg.monitor != "" {
+		args = append([]string{filepath.Join(dir, sentinelConf), "--sentinel"}, args...)
 	}
 	if cfg.cluster {
 		args = append(args,
@@ -504,6 +514,29 @@ func StartReplica(t testing.TB, primary *Server, opts ...Option) *Server {
 			r.Addr(), primary.Addr(), status, replicaTimeout, r.logTail(), primary.logTail())
 	}
 	return r
+}
+
+// sentinelConf is the config file of a sentinel, in its directory.
+const sentinelConf = "sentinel.conf"
+
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) that
+// monitors primary under masterName with quorum 1, and waits (at most
+// 30 s) until it reports the primary's address for that name. Clients
+// reach the primary through it, as in production sentinel setups.
+func StartSentinel(t testing.TB, primary *Server, masterName string) *Server {
+	t.Helper()
+	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1", masterName, primary.Port())
+	s := Start(t, func(c *config) { c.monitor = line })
+	var got any
+	ok := poll(replicaTimeout, func() bool {
+		got = s.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName)
+		addr, _ := got.([]any)
+		return len(addr) == 2 && addr[0] == "127.0.0.1" && addr[1] == strconv.Itoa(primary.Port())
+	})
+	if !ok {
+		t.Fatalf("redistest: sentinel %s does not report %s as %q (got %v)%s", s.Addr(), primary.Addr(), masterName, got, s.logTail())
+	}
+	return s
 }
 
 // Cluster is a Redis Cluster of primaries started by StartCluster.

@@ -412,3 +412,16 @@ func TestParallelStarts(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+func TestStartSentinel(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	s := redistest.StartSentinel(t, primary, "fairlock")
+	got, ok := s.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "fairlock").([]any)
+	if !ok || len(got) != 2 || got[1] != strconv.Itoa(primary.Port()) {
+		t.Fatalf("sentinel reports %v for the primary %s", got, primary.Addr())
+	}
+	if replica.Port() == primary.Port() {
+		t.Fatal("replica shares the primary's port")
+	}
+}
