@@ -24,6 +24,9 @@ var (
 	ErrClosed = errors.New("backend: closed")
 	// ErrUnexpectedReply is returned when a reply has another shape than the caller expected.
 	ErrUnexpectedReply = errors.New("backend: unexpected reply")
+	// ErrNotSupported is returned by an optional capability (KeyWatcher)
+	// the connection or server cannot provide.
+	ErrNotSupported = errors.New("backend: not supported")
 )
 
 // ServerError is an error reply sent by the server (for example a Lua
@@ -83,4 +86,18 @@ type Backend interface {
 	// Close releases what the backend opened (its subscription
 	// connection); it does not close a client the caller passed in.
 	Close() error
+}
+
+// KeyWatcher is an optional Backend capability: being told when a key is
+// written, deleted or expires, through client-side caching invalidations
+// (CLIENT TRACKING). Package lock uses it, when present, to wake the head
+// waiter as soon as the lock hash changes in a way that publishes nothing,
+// such as a DEL by hand.
+type KeyWatcher interface {
+	// WatchKey arms one notification for key: the returned Subscription
+	// receives an event at the key's next change (or at once when the key
+	// does not exist, or on a reconnect), after which the caller closes it
+	// and calls WatchKey again to keep watching. It returns ErrNotSupported
+	// when the server or connection cannot track keys.
+	WatchKey(ctx context.Context, key string) (*Subscription, error)
 }

@@ -25,13 +25,14 @@ type Event struct {
 // while it is full, so a slow receiver never stalls the connection's reader.
 // A receiver therefore treats any event as "re-check now", not as a count.
 type Subscription struct {
-	channel string
+	channel string // or key, for a key watch
+	key     bool   // a WatchKey subscription
 	events  chan Event
 	hub     *Hub
 	once    sync.Once
 }
 
-// Channel returns the channel name.
+// Channel returns the channel name (the key, for a key watch).
 func (s *Subscription) Channel() string { return s.channel }
 
 // Events returns the channel on which events arrive.
@@ -50,6 +51,25 @@ func (s *Subscription) offer(e Event) {
 	}
 }
 
+// KeyTracker is implemented by a PubSubConn that can track keys with
+// client-side caching (Hub.WatchKey).
+type KeyTracker interface {
+	// Track makes the server report key's next change on this connection
+	// (as an invalidation passed to Sink.Invalidate), and reports whether
+	// the key exists now. It returns ErrNotSupported when tracking is off.
+	Track(ctx context.Context, key string) (exists bool, err error)
+}
+
+// Sink receives what arrives on a subscription connection. Hub implements
+// it; an adapter's reader goroutine calls it, and its methods never block.
+type Sink interface {
+	// Deliver passes on a message published on channel.
+	Deliver(channel, payload string)
+	// Invalidate passes on an invalidation of keys (nil: every key, as
+	// after a reconnect).
+	Invalidate(keys []string)
+}
+
 // PubSubConn is one subscription connection opened by an adapter.
 type PubSubConn interface {
 	// Subscribe subscribes to the channels and returns after the server
@@ -61,11 +81,11 @@ type PubSubConn interface {
 	Close()
 }
 
-// Dialer opens a subscription connection. The adapter calls deliver for
-// every message (from its reader goroutine; deliver never blocks) and
-// reports the connection's end on the returned channel, which must receive
-// at most one error and then be closed.
-type Dialer func(ctx context.Context, deliver func(channel, payload string)) (PubSubConn, <-chan error, error)
+// Dialer opens a subscription connection. The adapter passes what arrives
+// on it to sink (from its reader goroutine) and reports the connection's
+// end on the returned channel, which must receive at most one error and
+// then be closed.
+type Dialer func(ctx context.Context, sink Sink) (PubSubConn, <-chan error, error)
 
 // Hub multiplexes any number of Subscriptions over one PubSubConn,
 // subscribing on the server only once per channel, and re-dials and
@@ -78,8 +98,9 @@ type Hub struct {
 	conn   PubSubConn
 	closed bool
 
-	mu   sync.Mutex // guards subs; never held while talking to the server
+	mu   sync.Mutex // guards subs and keys; never held while talking to the server
 	subs map[string]map[*Subscription]struct{}
+	keys map[string]map[*Subscription]struct{} // key watches
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -87,7 +108,12 @@ type Hub struct {
 
 // NewHub returns a Hub that opens its connection with dial on first use.
 func NewHub(dial Dialer) *Hub {
-	return &Hub{dial: dial, subs: make(map[string]map[*Subscription]struct{}), stop: make(chan struct{})}
+	return &Hub{
+		dial: dial,
+		subs: make(map[string]map[*Subscription]struct{}),
+		keys: make(map[string]map[*Subscription]struct{}),
+		stop: make(chan struct{}),
+	}
 }
 
 // unsubscribeTimeout bounds the UNSUBSCRIBE sent by Subscription.Close.
@@ -136,7 +162,77 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Subscription, err
 	return s, nil
 }
 
+// WatchKey implements KeyWatcher when the adapter's connection implements
+// KeyTracker; otherwise it returns ErrNotSupported.
+func (h *Hub) WatchKey(ctx context.Context, key string) (*Subscription, error) {
+	h.wire.Lock()
+	defer h.wire.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if err := h.connectLocked(ctx); err != nil {
+		return nil, err
+	}
+	tracker, ok := h.conn.(KeyTracker)
+	if !ok {
+		return nil, ErrNotSupported
+	}
+	s := &Subscription{channel: key, key: true, events: make(chan Event, 1), hub: h}
+	h.mu.Lock()
+	if h.keys[key] == nil {
+		h.keys[key] = make(map[*Subscription]struct{})
+	}
+	h.keys[key][s] = struct{}{}
+	h.mu.Unlock()
+	// Registered before tracking starts, so no invalidation slips past.
+	exists, err := tracker.Track(ctx, key)
+	if err != nil {
+		h.dropKeyWatch(s)
+		return nil, err
+	}
+	if !exists {
+		s.offer(Event{})
+	}
+	return s, nil
+}
+
+func (h *Hub) dropKeyWatch(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.keys[s.channel]
+	delete(set, s)
+	if len(set) == 0 {
+		delete(h.keys, s.channel)
+	}
+}
+
+// Invalidate implements Sink: it wakes the watches of keys (all of them
+// for nil) and forgets them, since the server reports a tracked key once.
+func (h *Hub) Invalidate(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if keys == nil {
+		for k, set := range h.keys {
+			for s := range set {
+				s.offer(Event{})
+			}
+			delete(h.keys, k)
+		}
+		return
+	}
+	for _, k := range keys {
+		for s := range h.keys[k] {
+			s.offer(Event{})
+		}
+		delete(h.keys, k)
+	}
+}
+
 func (h *Hub) remove(s *Subscription) {
+	if s.key {
+		h.dropKeyWatch(s)
+		return
+	}
 	h.wire.Lock()
 	defer h.wire.Unlock()
 	h.mu.Lock()
@@ -156,7 +252,8 @@ func (h *Hub) remove(s *Subscription) {
 	}
 }
 
-// Deliver hands a message to the channel's subscribers without blocking.
+// Deliver implements Sink: it hands a message to the channel's
+// subscribers without blocking.
 func (h *Hub) Deliver(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -168,9 +265,11 @@ func (h *Hub) Deliver(channel, payload string) {
 func (h *Hub) broadcastReconnect() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, set := range h.subs {
-		for s := range set {
-			s.offer(Event{Reconnect: true})
+	for _, m := range []map[string]map[*Subscription]struct{}{h.subs, h.keys} {
+		for _, set := range m {
+			for s := range set {
+				s.offer(Event{Reconnect: true})
+			}
 		}
 	}
 }
@@ -191,7 +290,7 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 	if h.conn != nil {
 		return nil
 	}
-	conn, done, err := h.dial(ctx, h.Deliver)
+	conn, done, err := h.dial(ctx, h)
 	if err != nil {
 		return fmt.Errorf("backend: open subscription connection: %w", err)
 	}

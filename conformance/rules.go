@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
 )
 
@@ -40,6 +41,7 @@ func ruleCases() []testCase {
 		{"X3_LeaseExpiryWakesHead", testX3LeaseExpiry},
 		{"X3_HashDeletedByHandWakesHead", testX3DeletedByHand},
 		{"X3_HeadGivingUpWakesNext", testX3HeadGivesUp},
+		{"X3_HashDeletedByHandWakesWatchingHead", testX3WatchedHash},
 		{"X4_NoBusySpinWhileWaiting", testX4NoSpin},
 		{"X5_CancelledWaiterLeavesNoTrace", testX5Cancel},
 		{"X5_LostAcquireReplyLeavesNoHold", testX5LostReply},
@@ -616,6 +618,37 @@ func testX3DeletedByHand(t *testing.T, s *suite) {
 	}
 	if d := r.at.Sub(deleted); d > waiterTimeout/3+slack {
 		t.Errorf("head took %v to notice the deleted hash, want within a heartbeat (%v)", d, waiterTimeout/3)
+	}
+}
+
+// testX3WatchedHash: on a backend that can watch keys (backend.KeyWatcher,
+// client-side caching), a DEL by hand wakes the head at once, long before
+// its heartbeat.
+func testX3WatchedHash(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	probe, err := wp.b.WatchKey(ctxFor(t, eventually), name+":probe")
+	if errors.Is(err, backend.ErrNotSupported) {
+		t.Skipf("the backend cannot watch keys (%v); X3_HashDeletedByHand covers the heartbeat path", err)
+	}
+	if err != nil {
+		t.Fatalf("WatchKey: %v", err)
+	}
+	probe.Close()
+	holder, waiter := p.mutex(t, name), wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
+	waitQueued(t, holder, 1)
+	waitUntil(t, eventually, "the head to watch the lock hash", func() bool { return wp.b.count("WATCHKEY") >= 2 })
+	deleted := time.Now()
+	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
+	r := await(t, ch, 60*time.Second, "head after DEL by hand")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if d := r.at.Sub(deleted); d > slack {
+		t.Errorf("head took %v to notice the deleted hash; its heartbeat is 20 s away, the invalidation should wake it", d)
 	}
 }
 

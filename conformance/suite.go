@@ -246,6 +246,18 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 	return b.Backend.Subscribe(ctx, channel)
 }
 
+// WatchKey forwards to the backend under test when it can watch keys.
+func (b *countingBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	kw, ok := b.Backend.(backend.KeyWatcher)
+	if !ok {
+		return nil, backend.ErrNotSupported
+	}
+	b.mu.Lock()
+	b.counts["WATCHKEY"]++
+	b.mu.Unlock()
+	return kw.WatchKey(ctx, key)
+}
+
 func (b *countingBackend) count(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -23,7 +23,8 @@ type Client struct {
 	cfg     config
 	scripts scriptSet
 
-	nextOwner atomic.Int64
+	nextOwner  atomic.Int64
+	noKeyWatch atomic.Bool // the backend said it cannot watch keys
 
 	mu     sync.Mutex
 	holds  map[*Hold]struct{} // live holds, for the watchdog

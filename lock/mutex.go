@@ -182,6 +182,11 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	defer sub.Close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// The head also watches the lock hash where the backend can (client-side
+	// caching invalidations), so a change that publishes nothing - a DEL
+	// by hand, an expiry - wakes it at once rather than at its timer.
+	var watch keyWatch
+	defer watch.stop()
 	for {
 		sent = time.Now()
 		r, err = m.tryAcquire(ctx, args)
@@ -199,11 +204,23 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 				tr.Queued(r.position)
 			}
 		}
+		if r.head {
+			watch.arm(ctx, m)
+		}
 		// Wait for a wake-up, or at most the hint: the heartbeat interval,
 		// or the lease left when this owner is at the head (X3, X4).
 		timer.Reset(max(time.Duration(r.hintMs)*time.Millisecond, time.Millisecond))
 		select {
 		case e := <-sub.Events():
+			result.Wakeups++
+			if tr != nil {
+				tr.Woken(e.Reconnect)
+			}
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case e := <-watch.events():
+			watch.stop() // fired: arm again if still the head
 			result.Wakeups++
 			if tr != nil {
 				tr.Woken(e.Reconnect)
@@ -264,6 +281,7 @@ type acquireReply struct {
 	count    int   // acquired
 	hintMs   int64 // waiting
 	position int   // waiting: set when this call queued the owner
+	head     bool  // waiting: the owner is first in line
 }
 
 func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, error) {
@@ -273,13 +291,15 @@ func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, er
 		return acquireReply{}, err
 	}
 	v, err := rep.AsInts()
-	if err != nil || len(v) != 3 {
-		return acquireReply{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, rep)
-	}
-	if v[0] == 1 {
+	switch {
+	case err == nil && len(v) == 3 && v[0] == 1:
 		return acquireReply{acquired: true, token: v[1], count: int(v[2])}, nil
+	case err == nil && len(v) == 3 && v[0] == 0: // TryLockOnce
+		return acquireReply{hintMs: v[1]}, nil
+	case err == nil && len(v) == 4 && v[0] == 0:
+		return acquireReply{hintMs: v[1], position: int(v[2]), head: v[3] == 1}, nil
 	}
-	return acquireReply{hintMs: v[1], position: int(v[2])}, nil
+	return acquireReply{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, rep)
 }
 
 // granted records a successful acquire: a new Hold for a new acquisition,
@@ -528,4 +548,40 @@ func ParseOwner(field string) (Owner, error) {
 		return Owner{}, fmt.Errorf("lock: owner field %q: %w", field, err)
 	}
 	return Owner{ClientID: field[:i], ID: id}, nil
+}
+
+// keyWatch is the head waiter's watch on the lock hash (backend.KeyWatcher).
+type keyWatch struct {
+	sub *backend.Subscription
+}
+
+// arm starts watching unless already watching or the backend cannot; a
+// failure only costs the early wake-up, never the wait.
+func (w *keyWatch) arm(ctx context.Context, m *Mutex) {
+	kw, ok := m.c.b.(backend.KeyWatcher)
+	if w.sub != nil || !ok || m.c.noKeyWatch.Load() {
+		return
+	}
+	sub, err := kw.WatchKey(ctx, m.keys.hash)
+	if errors.Is(err, backend.ErrNotSupported) {
+		m.c.noKeyWatch.Store(true)
+	}
+	if err == nil {
+		w.sub = sub
+	}
+}
+
+// events returns the watch's events, or nil (blocks forever) when idle.
+func (w *keyWatch) events() <-chan backend.Event {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.Events()
+}
+
+func (w *keyWatch) stop() {
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub = nil
+	}
 }

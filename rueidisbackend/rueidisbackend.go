@@ -21,6 +21,7 @@ package rueidisbackend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/fairlock/fairlock/backend"
@@ -34,7 +35,10 @@ type Backend struct {
 	scripts sync.Map // SHA1 -> *rueidis.Lua
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.KeyWatcher = (*Backend)(nil)
+)
 
 // New returns a Backend using client. Closing the Backend does not close
 // the client.
@@ -83,23 +87,49 @@ func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subsc
 	return b.hub.Subscribe(ctx, channel)
 }
 
+// WatchKey implements backend.KeyWatcher with client-side caching
+// invalidations on the subscription connection. It returns
+// backend.ErrNotSupported with DisableCache, on servers without CLIENT
+// TRACKING, and on cluster clients.
+func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	return b.hub.WatchKey(ctx, key)
+}
+
 // Close closes the subscription connection. It does not close the client.
 func (b *Backend) Close() error { return b.hub.Close() }
 
-func (b *Backend) dial(ctx context.Context, deliver func(channel, payload string)) (backend.PubSubConn, <-chan error, error) {
+func (b *Backend) dial(ctx context.Context, sink backend.Sink) (backend.PubSubConn, <-chan error, error) {
 	dc, _ := b.client.Dedicate()
-	done := dc.SetPubSubHooks(rueidis.PubSubHooks{
-		OnMessage: func(m rueidis.PubSubMessage) { deliver(m.Channel, m.Message) },
+	dc.SetPubSubHooks(rueidis.PubSubHooks{
+		OnMessage: func(m rueidis.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
+	})
+	// SetOnInvalidations keeps the message hook and replaces the channel
+	// that reports the connection's end.
+	done := dc.SetOnInvalidations(func(keys []rueidis.RedisMessage) {
+		if keys == nil {
+			sink.Invalidate(nil)
+			return
+		}
+		names := make([]string, 0, len(keys))
+		for _, k := range keys {
+			if name, err := k.ToString(); err == nil {
+				names = append(names, name)
+			}
+		}
+		sink.Invalidate(names)
 	})
 	// Make sure the connection is up before handing it out.
 	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
 		dc.Close()
 		return nil, nil, err
 	}
-	return pubSubConn{dc}, done, nil
+	return pubSubConn{dc: dc, cluster: b.client.Mode() == rueidis.ClientModeCluster}, done, nil
 }
 
-type pubSubConn struct{ dc rueidis.DedicatedClient }
+type pubSubConn struct {
+	dc      rueidis.DedicatedClient
+	cluster bool
+}
 
 func (c pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	return c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error()
@@ -107,6 +137,25 @@ func (c pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 
 func (c pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
 	return c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error()
+}
+
+// Track implements backend.KeyTracker with the tracking (OPTIN) the client
+// turns on for every connection unless DisableCache is set: CLIENT CACHING
+// YES makes the server track the EXISTS that follows. A cluster client's
+// dedicated connection is bound to one node, so it tracks nothing.
+func (c pubSubConn) Track(ctx context.Context, key string) (bool, error) {
+	if c.cluster {
+		return false, backend.ErrNotSupported
+	}
+	res := c.dc.DoMulti(ctx, c.dc.B().ClientCaching().Yes().Build(), c.dc.B().Exists().Key(key).Build())
+	if err := res[0].Error(); err != nil {
+		if _, ok := rueidis.IsRedisErr(err); ok {
+			return false, fmt.Errorf("%w: %v", backend.ErrNotSupported, err)
+		}
+		return false, err
+	}
+	n, err := res[1].AsInt64()
+	return n == 1, err
 }
 
 func (c pubSubConn) Close() { c.dc.Close() }

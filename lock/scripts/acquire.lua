@@ -13,9 +13,10 @@
 -- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
--- newly acquired; more: re-entered), or {0, waitHintMs, position} when it
--- does not: position is the owner's 1-based queue position when this call
--- queued it, else 0; waitHintMs is always >= 1 (X4).
+-- newly acquired; more: re-entered), or {0, waitHintMs, position, head}
+-- when it does not: position is the owner's 1-based queue position when
+-- this call queued it, else 0; head is 1 when the owner is first in line;
+-- waitHintMs is always >= 1 (X4).
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
@@ -59,11 +60,13 @@ end
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat
 -- pace: a lease expiry wakes one waiter, not the whole queue.
+local head = 0
 if position == 1 or redis.call('lindex', KEYS[2], 0) == me then
+  head = 1
   local ttl = redis.call('pttl', KEYS[1])
   if ttl >= 0 and ttl < hint then
     -- PTTL says 0 in the last millisecond; never hint 0 (X4).
     hint = math.max(ttl, 1)
   end
 end
-return {0, hint, position}
+return {0, hint, position, head}
