@@ -208,7 +208,8 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 			watch.arm(ctx, m)
 		}
 		// Wait for a wake-up, or at most the hint: the heartbeat interval,
-		// or the lease left when this owner is at the head (X3, X4).
+		// or the lease left when this owner is at the head (X3, X4). Since
+		// Go 1.23 Reset also discards a tick nobody received.
 		timer.Reset(max(time.Duration(r.hintMs)*time.Millisecond, time.Millisecond))
 		select {
 		case e := <-sub.Events():
@@ -216,17 +217,11 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 			if tr != nil {
 				tr.Woken(e.Reconnect)
 			}
-			if !timer.Stop() {
-				<-timer.C
-			}
 		case e := <-watch.events():
 			watch.stop() // fired: arm again if still the head
 			result.Wakeups++
 			if tr != nil {
 				tr.Woken(e.Reconnect)
-			}
-			if !timer.Stop() {
-				<-timer.C
 			}
 		case <-timer.C:
 		case <-ctx.Done():
