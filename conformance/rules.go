@@ -955,6 +955,7 @@ func sequentialCases() []sequentialCase {
 		{testCase{"NoGoroutinesLeftAfterClose", testNoLeaks}, false},
 		{testCase{"B1_UncontendedTwoCommandsAtServer", testTwoCommandsAtServer}, true},
 		{testCase{"B10_ScriptFlushIsInvisible", testScriptFlush}, true},
+		{testCase{"X8_ScriptWorkDoesNotGrowWithTheQueue", testX8ConstantWork}, true},
 		{testCase{"X3_ServerRestartDoesNotStrandWaiters", testServerRestart}, true},
 	}
 }
@@ -1040,6 +1041,53 @@ func testServerRestart(t *testing.T, s *suite) {
 	}
 }
 
+// monitor is a raw MONITOR connection to the server under test.
+type monitor struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func startMonitor(t *testing.T, srv Server) *monitor {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", srv.Addr(), eventually)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(eventually))
+	mon := &monitor{conn: conn, r: bufio.NewReader(conn)}
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := mon.r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		t.Fatalf("MONITOR: %q, %v", line, err)
+	}
+	return mon
+}
+
+// collect returns the commands seen until a marker ECHO sent after the
+// work: clients' commands (without connection handshakes) and commands
+// run inside scripts ("[0 lua]").
+func (mon *monitor) collect(t *testing.T, srv Server) (sent, inScripts []string) {
+	t.Helper()
+	marker := "conformance-end-" + lockName(t)
+	srv.Do(t, "ECHO", marker)
+	for {
+		line, err := mon.r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading MONITOR: %v (so far %q)", err, sent)
+		}
+		switch {
+		case strings.Contains(line, marker):
+			return sent, inScripts
+		case strings.Contains(line, " [0 lua] "):
+			inScripts = append(inScripts, strings.TrimSpace(line))
+		case !isHandshake(line):
+			sent = append(sent, strings.TrimSpace(line))
+		}
+	}
+}
+
 // testTwoCommandsAtServer watches, with MONITOR at the server, the
 // commands an uncontended Lock+Unlock sends: two script calls and nothing
 // else (commands run inside scripts are marked "lua" and not counted).
@@ -1051,36 +1099,10 @@ func testTwoCommandsAtServer(t *testing.T, s *suite) {
 		mustLock(t, m)
 		mustUnlock(t, m)
 	}
-	conn, err := net.DialTimeout("tcp", s.cfg.server.Addr(), eventually)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(eventually))
-	r := bufio.NewReader(conn)
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
-		t.Fatalf("MONITOR: %q, %v", line, err)
-	}
+	mon := startMonitor(t, s.cfg.server)
 	mustLock(t, m)
 	mustUnlock(t, m)
-	marker := "conformance-end-" + lockName(t)
-	s.cfg.server.Do(t, "ECHO", marker)
-	var sent []string
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading MONITOR: %v (so far %q)", err, sent)
-		}
-		if strings.Contains(line, marker) {
-			break
-		}
-		if !strings.Contains(line, " [0 lua] ") && !isHandshake(line) {
-			sent = append(sent, strings.TrimSpace(line))
-		}
-	}
+	sent, _ := mon.collect(t, s.cfg.server)
 	evalsha := 0
 	for _, l := range sent {
 		if strings.Contains(strings.ToLower(l), `"evalsha"`) {
@@ -1089,6 +1111,69 @@ func testTwoCommandsAtServer(t *testing.T, s *suite) {
 	}
 	if len(sent) != 2 || evalsha != 2 {
 		t.Errorf("uncontended Lock+Unlock sent %d commands to the server, want 2 EVALSHA:\n%s", len(sent), strings.Join(sent, "\n"))
+	}
+}
+
+// testX8ConstantWork counts, with MONITOR, the commands the scripts run
+// for a waiter's heartbeat, a release and a waiter leaving, behind a short
+// and a long queue: the work must not grow with the queue (X8).
+func testX8ConstantWork(t *testing.T, s *suite) {
+	work := func(queued int) (heartbeat, release, leave int) {
+		name := lockName(t)
+		p := s.newProc(t)
+		holder := p.mutex(t, name)
+		mustLock(t, holder)
+		for i := range queued {
+			injectWaiter(t, p.b, name, fmt.Sprintf("other-client:%d", i), time.Minute)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		waiter := s.newProc(t).mutex(t, name)
+		ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctx) })
+		waitQueued(t, holder, queued+1)
+		count := func(do func()) int {
+			mon := startMonitor(t, s.cfg.server)
+			do()
+			_, in := mon.collect(t, s.cfg.server)
+			return len(in)
+		}
+		// A re-entry plus release of the holder exercises the purge and
+		// the queue reads of acquire and unlock while others wait.
+		release = count(func() { mustLock(t, holder); mustUnlock(t, holder) })
+		leave = count(func() {
+			cancel()
+			if r := await(t, ch, eventually, "waiter"); !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("waiter: %v", r.err)
+			}
+		})
+		// A heartbeat: the tail waiter's acquire while queued.
+		tp := s.newProc(t)
+		tail := tp.mutex(t, name)
+		tctx, tcancel := context.WithCancel(context.Background())
+		defer tcancel()
+		tch := goAcquire(func() (*lock.Hold, error) { return tail.Lock(tctx) })
+		waitQueued(t, holder, queued+1)
+		// Its first attempts (queue, then re-check after subscribing)
+		// must be over before counting one more.
+		waitUntil(t, eventually, "the waiter to settle", func() bool { return tp.b.count("acquire"+doneSuffix) >= 2 })
+		heartbeat = count(func() {
+			// Nudge the waiter to run acquire again: a wake-up message.
+			done := tp.b.count("acquire" + doneSuffix)
+			evalRaw(t, p.b, `return redis.call('publish', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner().String()})
+			waitUntil(t, eventually, "the waiter's heartbeat", func() bool { return tp.b.count("acquire"+doneSuffix) > done })
+		})
+		tcancel()
+		await(t, tch, eventually, "tail waiter")
+		return heartbeat, release, leave
+	}
+	h1, r1, l1 := work(2)
+	h2, r2, l2 := work(2000)
+	t.Logf("commands run by scripts with 2 / 2000 waiters: heartbeat %d / %d, re-entry+release %d / %d, leave %d / %d", h1, h2, r1, r2, l1, l2)
+	if r2 > r1 || l2 > l1 {
+		t.Errorf("script commands with 2 vs 2000 waiters: release %d vs %d, leave %d vs %d; want no growth", r1, r2, l1, l2)
+	}
+	if h2 > h1+5 {
+		t.Errorf("heartbeat script commands with 2 vs 2000 waiters: %d vs %d; want no growth", h1, h2)
 	}
 }
 
