@@ -16,6 +16,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"time"
 )
 
 // Sentinel errors returned by backends. Adapters wrap them with %w.
@@ -100,4 +101,15 @@ type KeyWatcher interface {
 	// and calls WatchKey again to keep watching. It returns ErrNotSupported
 	// when the server or connection cannot track keys.
 	WatchKey(ctx context.Context, key string) (*Subscription, error)
+}
+
+// ReplicaWaiter is an optional Backend capability for replica safety (SPEC
+// X9): a script and a WAIT sent together on one connection, so the WAIT
+// counts the replicas that acknowledged that script's writes.
+type ReplicaWaiter interface {
+	// EvalWait runs the script as Eval does, then WAIT replicas timeout on
+	// the same connection, and returns the script's reply and the number of
+	// replicas that acknowledged. It returns ErrNotSupported where one
+	// connection cannot carry both (cluster clients).
+	EvalWait(ctx context.Context, s *Script, keys, args []string, replicas int, timeout time.Duration) (Reply, int, error)
 }

@@ -56,13 +56,19 @@ type Server interface {
 type Option func(*config)
 
 type config struct {
-	server Server
-	scale  int
+	server  Server
+	replica Server
+	scale   int
 }
 
 // WithServer gives the suite control of the server, enabling the fault
 // cases (server restart, SCRIPT FLUSH, pause).
 func WithServer(s Server) Option { return func(c *config) { c.server = s } }
+
+// WithReplica names a replica of the server (Server.Do, Pause and Resume
+// are used), enabling the replica-safety case (X9). It is skipped, saying
+// so, without one.
+func WithReplica(r Server) Option { return func(c *config) { c.replica = r } }
 
 // WithScale multiplies the sizes of the load cases (default 1: 500 owners
 // in the many-owners case); values below 1 are taken as 1.
@@ -79,6 +85,8 @@ type sequentialCase struct {
 	testCase
 	// needsServer: the case uses the Server hooks (WithServer).
 	needsServer bool
+	// needsReplica: the case pauses a replica (WithReplica).
+	needsReplica bool
 }
 
 // Run runs the suite against the backends newBackend returns.
@@ -102,6 +110,9 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 			t.Run(tc.name, func(t *testing.T) {
 				if tc.needsServer && cfg.server == nil {
 					t.Skip("conformance: no Server given (WithServer); this case needs one")
+				}
+				if tc.needsReplica && cfg.replica == nil {
+					t.Skip("conformance: no replica given (WithReplica); this case needs one")
 				}
 				tc.run(t, s)
 			})

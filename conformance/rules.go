@@ -952,12 +952,77 @@ func testShardedPublish(t *testing.T, s *suite) {
 
 func sequentialCases() []sequentialCase {
 	return []sequentialCase{
-		{testCase{"NoGoroutinesLeftAfterClose", testNoLeaks}, false},
-		{testCase{"B1_UncontendedTwoCommandsAtServer", testTwoCommandsAtServer}, true},
-		{testCase{"B10_ScriptFlushIsInvisible", testScriptFlush}, true},
-		{testCase{"X8_ScriptWorkDoesNotGrowWithTheQueue", testX8ConstantWork}, true},
-		{testCase{"X3_ServerRestartDoesNotStrandWaiters", testServerRestart}, true},
+		{testCase{"NoGoroutinesLeftAfterClose", testNoLeaks}, false, false},
+		{testCase{"B1_UncontendedTwoCommandsAtServer", testTwoCommandsAtServer}, true, false},
+		{testCase{"B10_ScriptFlushIsInvisible", testScriptFlush}, true, false},
+		{testCase{"X8_ScriptWorkDoesNotGrowWithTheQueue", testX8ConstantWork}, true, false},
+		{testCase{"X9_UnreplicatedAcquireIsRolledBack", testX9Replicas}, false, true},
+		{testCase{"X3_ServerRestartDoesNotStrandWaiters", testServerRestart}, true, false},
 	}
+}
+
+// testX9Replicas: with WithReplicaAcks, an acquire the replica
+// acknowledged succeeds; with the replica stopped, the acquire is rolled
+// back and reported (X9), leaving nothing behind.
+func testX9Replicas(t *testing.T, s *suite) {
+	name := lockName(t)
+	const wait = 300 * time.Millisecond
+	p := s.newProc(t, lock.WithReplicaAcks(1, wait))
+	m := p.mutex(t, name)
+	observer := s.newProc(t).mutex(t, name)
+	h, err := m.Lock(ctxFor(t, eventually))
+	if errors.Is(err, backend.ErrNotSupported) {
+		t.Skipf("the backend cannot WAIT after a script here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Lock with a live replica: %v", err)
+	}
+	if h.Token() <= 0 {
+		t.Errorf("token %d", h.Token())
+	}
+	mustUnlock(t, m)
+
+	s.cfg.replica.Pause(t)
+	paused := true
+	defer func() {
+		if paused {
+			s.cfg.replica.Resume(t)
+		}
+	}()
+	start := time.Now()
+	_, err = m.Lock(ctxFor(t, eventually))
+	if !errors.Is(err, lock.ErrNotReplicated) {
+		t.Fatalf("Lock with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	if d := time.Since(start); d < wait || d > wait+slack {
+		t.Errorf("gave up after %v, want the replica timeout %v", d, wait)
+	}
+	if raw := readRaw(t, p.b, name); raw.hashExists || len(raw.queue) != 0 || raw.timeouts != 0 {
+		t.Errorf("not rolled back: %+v", raw)
+	}
+	// A re-entry that is not replicated gives back only itself.
+	s.cfg.replica.Resume(t)
+	paused = false
+	if _, err := m.Lock(ctxFor(t, eventually)); err != nil {
+		t.Fatalf("Lock after the replica came back: %v", err)
+	}
+	s.cfg.replica.Pause(t)
+	paused = true
+	if _, err := m.Lock(ctxFor(t, eventually)); !errors.Is(err, lock.ErrNotReplicated) {
+		t.Fatalf("re-entry with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	s.cfg.replica.Resume(t)
+	paused = false
+	if n, err := observer.HoldCount(ctxFor(t, eventually)); err != nil || n != 0 {
+		t.Errorf("observer hold count %d, %v", n, err)
+	}
+	if held, _ := observer.IsHeldBy(ctxFor(t, eventually), m.Owner()); !held {
+		t.Error("the first hold was rolled back with the re-entry")
+	}
+	if n, _ := m.HoldCount(ctxFor(t, eventually)); n != 1 {
+		t.Errorf("hold count %d after a rolled-back re-entry, want 1", n)
+	}
+	mustUnlock(t, m)
 }
 
 // testNoLeaks runs contended locking, closes everything, and checks that
@@ -1169,11 +1234,11 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 	h1, r1, l1 := work(2)
 	h2, r2, l2 := work(2000)
 	t.Logf("commands run by scripts with 2 / 2000 waiters: heartbeat %d / %d, re-entry+release %d / %d, leave %d / %d", h1, h2, r1, r2, l1, l2)
-	if r2 > r1 || l2 > l1 {
-		t.Errorf("script commands with 2 vs 2000 waiters: release %d vs %d, leave %d vs %d; want no growth", r1, r2, l1, l2)
-	}
-	if h2 > h1+5 {
-		t.Errorf("heartbeat script commands with 2 vs 2000 waiters: %d vs %d; want no growth", h1, h2)
+	// A stray heartbeat may land in a window; a loop over the queue would
+	// add thousands.
+	const noise = 10
+	if h2 > h1+noise || r2 > r1+noise || l2 > l1+noise {
+		t.Errorf("script commands grew with the queue (2 vs 2000 waiters): heartbeat %d vs %d, release %d vs %d, leave %d vs %d", h1, h2, r1, r2, l1, l2)
 	}
 }
 

@@ -264,6 +264,23 @@ func (b *countingBackend) WatchKey(ctx context.Context, key string) (*backend.Su
 	return kw.WatchKey(ctx, key)
 }
 
+// EvalWait forwards to the backend under test when it can wait for
+// replicas.
+func (b *countingBackend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
+	rw, ok := b.Backend.(backend.ReplicaWaiter)
+	if !ok {
+		return backend.Reply{}, 0, backend.ErrNotSupported
+	}
+	b.mu.Lock()
+	b.counts[s.Name]++
+	b.mu.Unlock()
+	rep, acked, err := rw.EvalWait(ctx, s, keys, args, replicas, timeout)
+	b.mu.Lock()
+	b.counts[s.Name+doneSuffix]++
+	b.mu.Unlock()
+	return rep, acked, err
+}
+
 func (b *countingBackend) count(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

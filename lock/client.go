@@ -52,6 +52,9 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	if _, ok := b.(backend.ReplicaWaiter); cfg.replicas > 0 && !ok {
+		return nil, fmt.Errorf("%w: WithReplicaAcks needs a backend.ReplicaWaiter backend", ErrInvalidOption)
+	}
 	id, err := newUUID()
 	if err != nil {
 		return nil, fmt.Errorf("lock: client id: %w", err)

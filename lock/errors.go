@@ -30,6 +30,10 @@ var (
 	ErrLockLost = errors.New("lock: lock lost")
 	// ErrReleased: Hold.Err after the owner's last Unlock.
 	ErrReleased = errors.New("lock: released")
+	// ErrNotReplicated: with WithReplicaAcks, an acquire that fewer
+	// replicas than asked acknowledged in time. It was rolled back (the hold
+	// given up, the owner out of the queue) before the error was returned.
+	ErrNotReplicated = errors.New("lock: acquire not replicated")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("lock: client closed")
 	// ErrUnexpectedReply: a script answered in a shape this version does

@@ -156,7 +156,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	sent := time.Now()
 	r, err := m.tryAcquire(ctx, args)
 	if err != nil {
-		m.abandon(ctx, true)
+		m.abandon(ctx, err)
 		return nil, m.waitErr(parent, ctx, err)
 	}
 	if r.acquired {
@@ -176,7 +176,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	// unlock between the first attempt and the subscription is not missed.
 	sub, err := m.c.b.Subscribe(ctx, m.channel)
 	if err != nil {
-		m.abandon(ctx, false)
+		m.abandon(ctx, nil)
 		return nil, m.waitErr(parent, ctx, err)
 	}
 	defer sub.Close()
@@ -191,7 +191,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		sent = time.Now()
 		r, err = m.tryAcquire(ctx, args)
 		if err != nil {
-			m.abandon(ctx, true)
+			m.abandon(ctx, err)
 			return nil, m.waitErr(parent, ctx, err)
 		}
 		if r.acquired {
@@ -225,10 +225,10 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			m.abandon(ctx, false)
+			m.abandon(ctx, nil)
 			return nil, m.waitErr(parent, ctx, ctx.Err())
 		case <-m.c.closing:
-			m.abandon(ctx, false)
+			m.abandon(ctx, nil)
 			return nil, m.errorf(ErrClosed)
 		}
 	}
@@ -251,12 +251,16 @@ func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 }
 
 // abandon takes the owner out of the queue after a wait ends without the
-// lock (X5), best effort and bounded by cleanupTimeout. When an acquire
-// reply was lost (unknown) and this owner held nothing before, a hold that
-// acquire may have granted is dropped too.
-func (m *Mutex) abandon(ctx context.Context, unknown bool) {
+// lock (X5), best effort and bounded by cleanupTimeout. cause is the error
+// that ended it, if any: after an acquire whose reply was lost, a hold that
+// acquire may have granted is dropped too when this owner held nothing
+// before; after ErrNotReplicated the granted hold is dropped (X9).
+func (m *Mutex) abandon(ctx context.Context, cause error) {
 	release := "0"
-	if unknown {
+	switch {
+	case errors.Is(cause, ErrNotReplicated):
+		release = "1"
+	case cause != nil:
 		m.mu.Lock()
 		if m.hold == nil && m.acquiring == 1 {
 			release = "1"
@@ -280,10 +284,24 @@ type acquireReply struct {
 }
 
 func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, error) {
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.acquire,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token}, args)
+	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token}
+	var (
+		rep   backend.Reply
+		err   error
+		acked int
+	)
+	if m.c.cfg.replicas > 0 {
+		rep, acked, err = m.c.b.(backend.ReplicaWaiter).EvalWait(ctx, m.c.scripts.acquire, keys, args, m.c.cfg.replicas, m.c.cfg.replicaWait)
+	} else {
+		rep, err = m.c.b.Eval(ctx, m.c.scripts.acquire, keys, args)
+	}
 	if err != nil {
 		return acquireReply{}, err
+	}
+	if m.c.cfg.replicas > 0 && acked < m.c.cfg.replicas && rep.Kind == backend.Array && len(rep.Elems) == 3 && rep.Elems[0].Int == 1 {
+		// Granted on the primary only: the caller's abandon gives the hold
+		// back and takes the owner out of the queue (X9).
+		return acquireReply{}, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, m.c.cfg.replicas, m.c.cfg.replicaWait)
 	}
 	v, err := rep.AsInts()
 	switch {

@@ -33,6 +33,8 @@ type config struct {
 	keyPrefix     string
 	publish       string
 	observer      Observer
+	replicas      int           // X9: replicas that must acknowledge an acquire
+	replicaWait   time.Duration // X9: how long WAIT waits for them
 }
 
 // Option configures a Client.
@@ -91,6 +93,26 @@ func WithKeyPrefix(prefix string) Option {
 func WithShardedPublish() Option {
 	return func(c *config) error {
 		c.publish = "publish,spublish"
+		return nil
+	}
+}
+
+// WithReplicaAcks makes every acquire wait (WAIT) until replicas replicas
+// have acknowledged it, for at most timeout (default: off). An acquire that
+// fewer acknowledged is rolled back and returns ErrNotReplicated, so a
+// failover to a replica cannot silently forget a granted lock (X9). The
+// backend must implement backend.ReplicaWaiter (both adapters do, for
+// standalone and sentinel clients; not for cluster clients). Each acquire
+// then costs the WAIT as well: at least one replica round trip.
+func WithReplicaAcks(replicas int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if replicas < 1 {
+			return fmt.Errorf("%w: replica count %d is not positive", ErrInvalidOption, replicas)
+		}
+		if err := checkDuration("replica timeout", timeout); err != nil {
+			return err
+		}
+		c.replicas, c.replicaWait = replicas, timeout
 		return nil
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/redis/rueidis"
@@ -36,8 +37,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend    = (*Backend)(nil)
-	_ backend.KeyWatcher = (*Backend)(nil)
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.KeyWatcher    = (*Backend)(nil)
+	_ backend.ReplicaWaiter = (*Backend)(nil)
 )
 
 // New returns a Backend using client. Closing the Backend does not close
@@ -80,6 +82,30 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 		out[i].Reply, out[i].Err = convert(res)
 	}
 	return out
+}
+
+// EvalWait implements backend.ReplicaWaiter: EVALSHA (EVAL on NOSCRIPT)
+// and WAIT go out in one DoMulti, which the client sends on one
+// connection because WAIT blocks. Cluster clients would route WAIT to
+// another node, so they get backend.ErrNotSupported.
+func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
+	if b.client.Mode() == rueidis.ClientModeCluster {
+		return backend.Reply{}, 0, fmt.Errorf("%w: WAIT after a script on a cluster client", backend.ErrNotSupported)
+	}
+	wait := b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+	script := b.client.B().Evalsha().Sha1(s.SHA1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	res := b.client.DoMulti(ctx, script, wait)
+	if rerr, ok := rueidis.IsRedisErr(res[0].Error()); ok && rerr.IsNoScript() {
+		wait = b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+		script = b.client.B().Eval().Script(s.Source).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		res = b.client.DoMulti(ctx, script, wait)
+	}
+	reply, err := convert(res[0])
+	if err != nil {
+		return reply, 0, err
+	}
+	acked, err := res[1].AsInt64()
+	return reply, int(acked), err
 }
 
 // Subscribe implements backend.Backend.

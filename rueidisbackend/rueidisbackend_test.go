@@ -29,7 +29,8 @@ func newFactory(srv *redistest.Server, opt rueidis.ClientOption) conformance.Fac
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance.Run(t, newFactory(srv, rueidis.ClientOption{}), conformance.WithServer(srv))
+	replica := redistest.StartReplica(t, srv)
+	conformance.Run(t, newFactory(srv, rueidis.ClientOption{}), conformance.WithServer(srv), conformance.WithReplica(replica))
 }
 
 // TestConformanceDisableCache covers servers without client-side caching

@@ -29,7 +29,8 @@ func newFactory(srv *redistest.Server, opt valkey.ClientOption) conformance.Fact
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance.Run(t, newFactory(srv, valkey.ClientOption{}), conformance.WithServer(srv))
+	replica := redistest.StartReplica(t, srv)
+	conformance.Run(t, newFactory(srv, valkey.ClientOption{}), conformance.WithServer(srv), conformance.WithReplica(replica))
 }
 
 // TestConformanceCluster runs the suite on a three-primary Redis Cluster
