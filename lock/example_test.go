@@ -1,0 +1,134 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// newExampleClient returns a lock client on an embedded miniredis, so the
+// examples run anywhere; use a real Redis in production (and in tests that
+// prove behaviour - see package conformance).
+func newExampleClient(opts ...lock.Option) (*lock.Client, func()) {
+	srv := miniredis.NewMiniRedis()
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{srv.Addr()},
+		DisableCache:      true, // miniredis has no CLIENT TRACKING
+		ForceSingleClient: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b := rueidisbackend.New(rc)
+	c, err := lock.NewClient(b, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c, func() {
+		c.Close()
+		b.Close()
+		rc.Close()
+		srv.Close()
+	}
+}
+
+func Example() {
+	locks, done := newExampleClient()
+	defer done()
+	ctx := context.Background()
+
+	m, err := locks.NewMutex("orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	hold, err := m.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding with token", hold.Token())
+
+	// The same owner re-enters.
+	if _, err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	n, _ := m.HoldCount(ctx)
+	fmt.Println("hold count", n)
+
+	// Another owner cannot take it now.
+	other, _ := locks.NewMutex("orders")
+	_, err = other.TryLockOnce(ctx, lock.WatchdogLease)
+	fmt.Println("other owner:", errors.Is(err, lock.ErrNotAcquired))
+
+	_ = m.Unlock(ctx)
+	_ = m.Unlock(ctx)
+	<-hold.Done()
+	fmt.Println("hold ended:", hold.Err())
+
+	h2, err := other.TryLockOnce(ctx, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("other owner now holds token", h2.Token())
+	// Output:
+	// holding with token 1
+	// hold count 2
+	// other owner: true
+	// hold ended: lock: released
+	// other owner now holds token 2
+}
+
+func ExampleMutex_TryLock() {
+	locks, done := newExampleClient()
+	defer done()
+	ctx := context.Background()
+
+	first, _ := locks.NewMutex("report")
+	second, _ := locks.NewMutex("report")
+	if _, err := first.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Wait at most 50 ms; giving up leaves the queue.
+	_, err := second.TryLock(ctx, 50*time.Millisecond, lock.WatchdogLease)
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	st, _ := first.Inspect(ctx, 10)
+	fmt.Println("queued:", st.QueueLength)
+	// Output:
+	// true
+	// queued: 0
+}
+
+func ExampleHold_Context() {
+	// A short lease: the watchdog, which notices the loss, runs every
+	// third of it.
+	locks, done := newExampleClient(lock.WithLease(300 * time.Millisecond))
+	defer done()
+	ctx := context.Background()
+
+	m, _ := locks.NewMutex("job")
+	hold, err := m.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	work, cancel := hold.Context(ctx)
+	defer cancel()
+
+	// Someone else force-unlocks: the holder's context ends with the cause.
+	admin, _ := locks.NewMutex("job")
+	if _, err := admin.ForceUnlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-work.Done()
+	fmt.Println(errors.Is(context.Cause(work), lock.ErrLockLost))
+	// Output:
+	// true
+}
