@@ -25,7 +25,7 @@ const (
 
 // unlockLatchTTL is how long an unlock's result is kept for a retry of the
 // same request (B10). Retries happen within one Unlock call.
-const unlockLatchTTL = 30 * time.Second
+const unlockLatchTTL = 10 * time.Second
 
 type config struct {
 	lease         time.Duration

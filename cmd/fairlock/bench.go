@@ -1,0 +1,479 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	mathrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/lock"
+)
+
+func benchCommand() command {
+	return command{
+		name:    "bench",
+		summary: "measure lock latency, throughput, hand-over latency and FIFO order",
+		doc: `
+Measures, for each client library in --backend:
+  uncontended     Lock and Unlock latency (p50, p99) of one owner on one lock, --ops times
+  contended       --workers owners on one lock, --ops acquisitions in all: throughput,
+                  wait, hand-over latency (one owner's Unlock call to the next one's Lock
+                  return) and FIFO violations, checked against atomic snapshots of the queue
+  many locks      --workers owners on --locks locks picked at random, --ops lock/unlock
+                  pairs in all: throughput and Lock latency
+and prints a table (or --json). The locks are named fairlock-bench:<random>:... and their
+keys are deleted afterwards; unlock latches (redisson_unlock_latch:*) expire within 30s.
+
+Without --addr or REDIS_URL it runs against an embedded miniredis, which measures miniredis,
+not Redis. Exit code 1 when a FIFO violation is found.`,
+		run: func(ctx context.Context, e env, args []string) error {
+			cfg, err := parseBench(e, args)
+			if err != nil {
+				return err
+			}
+			_, err = cfg.run(ctx, e)
+			return err
+		},
+	}
+}
+
+// benchConfig is the bench command's flags.
+type benchConfig struct {
+	conn     connFlags
+	backends []string
+	ops      int
+	workers  int
+	locks    int
+	json     bool
+}
+
+func parseBench(e env, args []string) (benchConfig, error) {
+	var cfg benchConfig
+	fs := newFlagSet(benchCommand())
+	cfg.conn.register(fs, backendRueidis+","+backendValkey, "client `libraries` to measure, comma-separated: rueidis, valkey")
+	fs.IntVar(&cfg.ops, "ops", 2000, "operations per measurement")
+	fs.IntVar(&cfg.workers, "workers", 8, "concurrent owners in the contended and many-locks runs")
+	fs.IntVar(&cfg.locks, "locks", 64, "locks in the many-locks run")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
+	rest, err := fs.parse(e, args)
+	if err != nil {
+		return cfg, err
+	}
+	switch {
+	case len(rest) > 0:
+		return cfg, usageError("unexpected argument %q", rest[0])
+	case cfg.ops < 1 || cfg.ops > 10_000_000:
+		return cfg, usageError("--ops must be from 1 to 10000000, got %d", cfg.ops)
+	case cfg.workers < 2 || cfg.workers > 1000:
+		return cfg, usageError("--workers must be from 2 to 1000, got %d", cfg.workers)
+	case cfg.locks < 1 || cfg.locks > 100_000:
+		return cfg, usageError("--locks must be from 1 to 100000, got %d", cfg.locks)
+	}
+	for _, b := range strings.Split(cfg.conn.backend, ",") {
+		b = strings.TrimSpace(b)
+		if err := checkBackend(b); err != nil {
+			return cfg, err
+		}
+		if !contains(cfg.backends, b) {
+			cfg.backends = append(cfg.backends, b)
+		}
+	}
+	return cfg, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// benchReport is what bench measured; --json prints it.
+type benchReport struct {
+	Server   string        `json:"server"`
+	Embedded bool          `json:"embedded"`
+	Ops      int           `json:"ops"`
+	Workers  int           `json:"workers"`
+	Locks    int           `json:"locks"`
+	Results  []benchResult `json:"results"`
+	OK       bool          `json:"ok"` // no FIFO violations
+}
+
+// benchResult is one client library's measurements.
+type benchResult struct {
+	Backend        string            `json:"backend"`
+	ClientTracking bool              `json:"client_tracking"`
+	Uncontended    uncontendedResult `json:"uncontended"`
+	Contended      contendedResult   `json:"contended"`
+	ManyLocks      manyLocksResult   `json:"many_locks"`
+}
+
+type uncontendedResult struct {
+	Lock   durStats `json:"lock"`
+	Unlock durStats `json:"unlock"`
+}
+
+type contendedResult struct {
+	Acquisitions   int             `json:"acquisitions"`
+	Seconds        float64         `json:"seconds"`
+	Throughput     float64         `json:"throughput_per_s"`
+	Wait           durStats        `json:"wait"`
+	Handover       durStats        `json:"handover"`
+	Snapshots      int             `json:"queue_snapshots"`
+	FIFOChecked    int             `json:"fifo_checked"` // acquisitions predicted by a snapshot
+	FIFOViolations int             `json:"fifo_violations"`
+	Violations     []fifoViolation `json:"violations"`
+}
+
+type manyLocksResult struct {
+	Locks      int      `json:"locks"`
+	Ops        int      `json:"ops"`
+	Seconds    float64  `json:"seconds"`
+	Throughput float64  `json:"throughput_per_s"`
+	Lock       durStats `json:"lock"`
+}
+
+func (cfg benchConfig) run(ctx context.Context, e env) (benchReport, error) {
+	rep := benchReport{Ops: cfg.ops, Workers: cfg.workers, Locks: cfg.locks}
+	srv, err := cfg.conn.server(e, true)
+	if err != nil {
+		return rep, err
+	}
+	defer srv.Close()
+	rep.Server, rep.Embedded = srv.String(), srv.embedded != nil
+	runID, err := randomHex(4)
+	if err != nil {
+		return rep, err
+	}
+	progress := e.stderr
+	fmt.Fprintf(progress, "fairlock bench: %s, %d ops per run, %d workers, %d locks\n", srv, cfg.ops, cfg.workers, cfg.locks)
+	if rep.Embedded {
+		fmt.Fprintf(progress, "note: no --addr or REDIS_URL: measuring the embedded miniredis, not Redis\n")
+	}
+	for _, name := range cfg.backends {
+		res, err := cfg.runBackend(ctx, srv, name, runID, progress)
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", name, err)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.OK = true
+	for _, r := range rep.Results {
+		rep.OK = rep.OK && r.Contended.FIFOViolations == 0
+	}
+	if cfg.json {
+		if err := writeJSON(e.stdout, rep); err != nil {
+			return rep, err
+		}
+	} else {
+		printBench(e.stdout, rep)
+	}
+	if !rep.OK {
+		return rep, fmt.Errorf("FIFO order violated under contention (see the table)")
+	}
+	return rep, nil
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// runBackend runs the three measurements with one client library. The
+// keys of every lock it used are deleted afterwards.
+func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID string, progress io.Writer) (res benchResult, err error) {
+	res.Backend = name
+	ep, err := srv.open(name)
+	if err != nil {
+		return res, err
+	}
+	defer ep.Close()
+	res.ClientTracking = ep.tracking
+	var opts []lock.Option
+	if cfg.conn.prefix != "" {
+		opts = append(opts, lock.WithKeyPrefix(cfg.conn.prefix))
+	}
+	c, err := lock.NewClient(ep.backend, opts...)
+	if err != nil {
+		return res, usageError("%v", err)
+	}
+	defer c.Close()
+
+	base := "fairlock-bench:" + runID + ":" + name + ":"
+	var used []string
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		for _, n := range used {
+			if derr := ep.del(cctx, lockKeys(cfg.conn.prefix+n)...); derr != nil && err == nil {
+				err = fmt.Errorf("deleting the bench's keys: %w", derr)
+			}
+		}
+	}()
+
+	fmt.Fprintf(progress, "%s: uncontended, %d Lock/Unlock pairs\n", name, cfg.ops)
+	used = append(used, base+"uncontended")
+	if res.Uncontended, err = benchUncontended(ctx, c, base+"uncontended", cfg.ops); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "%s: contended, %d workers, %d acquisitions on one lock\n", name, cfg.workers, cfg.ops)
+	used = append(used, base+"contended")
+	if res.Contended, err = benchContended(ctx, c, base+"contended", cfg.workers, cfg.ops); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "%s: many locks, %d workers, %d locks, %d Lock/Unlock pairs\n", name, cfg.workers, cfg.locks, cfg.ops)
+	var names []string
+	for i := range cfg.locks {
+		names = append(names, fmt.Sprintf("%smany-%d", base, i))
+	}
+	used = append(used, names...)
+	res.ManyLocks, err = benchManyLocks(ctx, c, names, cfg.workers, cfg.ops)
+	return res, err
+}
+
+// benchUncontended times Lock and Unlock of one owner on a free lock, after
+// a short warm-up (script loading, connection set-up).
+func benchUncontended(ctx context.Context, c *lock.Client, name string, ops int) (uncontendedResult, error) {
+	var res uncontendedResult
+	m, err := c.NewMutex(name)
+	if err != nil {
+		return res, usageError("%v", err)
+	}
+	warmup := min(ops, 20)
+	locks, unlocks := make([]time.Duration, 0, ops), make([]time.Duration, 0, ops)
+	for i := range warmup + ops {
+		t0 := time.Now()
+		if _, err := m.Lock(ctx); err != nil {
+			return res, err
+		}
+		t1 := time.Now()
+		if err := m.Unlock(ctx); err != nil {
+			return res, err
+		}
+		t2 := time.Now()
+		if i >= warmup {
+			locks, unlocks = append(locks, t1.Sub(t0)), append(unlocks, t2.Sub(t1))
+		}
+	}
+	res.Lock, res.Unlock = summarise(locks), summarise(unlocks)
+	return res, nil
+}
+
+// acquisition is one Lock that returned during the contended run.
+type acquisition struct {
+	token    int64
+	owner    string
+	called   time.Time
+	acquired time.Time
+	unlock   time.Time // when the holder called Unlock
+}
+
+// benchContended runs workers owners that lock and unlock one lock until
+// ops acquisitions are done, while a sampler takes atomic snapshots of the
+// queue to check FIFO order with (checkSnapshots).
+func benchContended(ctx context.Context, c *lock.Client, name string, workers, ops int) (contendedResult, error) {
+	res := contendedResult{Acquisitions: ops}
+	spy, err := c.NewMutex(name)
+	if err != nil {
+		return res, usageError("%v", err)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		claimed  atomic.Int64
+		wg       sync.WaitGroup
+		perOwner = make([][]acquisition, workers)
+	)
+	mutexes := make([]*lock.Mutex, workers)
+	for i := range mutexes {
+		if mutexes[i], err = c.NewMutex(name); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	for i, m := range mutexes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := m.Owner().String()
+			// Claim an acquisition before queueing, so exactly ops happen and
+			// every queued owner gets the lock before the run ends.
+			for claimed.Add(1) <= int64(ops) {
+				a := acquisition{owner: owner, called: time.Now()}
+				h, err := m.Lock(ctx)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				a.token, a.acquired = h.Token(), time.Now()
+				a.unlock = time.Now()
+				if err := m.Unlock(ctx); err != nil {
+					cancel(err)
+					return
+				}
+				perOwner[i] = append(perOwner[i], a)
+			}
+		}()
+	}
+
+	// The sampler reads the queue about every millisecond while the
+	// workers run: each snapshot predicts the next acquisitions.
+	var snaps []queueSnapshot
+	sampled := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			st, err := spy.Inspect(ctx, workers)
+			if err == nil && len(st.Queue) > 0 {
+				s := queueSnapshot{Token: st.Token}
+				for _, w := range st.Queue {
+					s.Queue = append(s.Queue, w.Owner)
+				}
+				snaps = append(snaps, s)
+			}
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stop)
+	<-sampled
+	if err := context.Cause(ctx); err != nil {
+		return res, err
+	}
+
+	acquiredBy := make(map[int64]string, ops)
+	byToken := make(map[int64]acquisition, ops)
+	var waits []time.Duration
+	for _, list := range perOwner {
+		for _, a := range list {
+			acquiredBy[a.token] = a.owner
+			byToken[a.token] = a
+			waits = append(waits, a.acquired.Sub(a.called))
+		}
+	}
+	var handovers []time.Duration
+	for tok, a := range byToken {
+		if prev, ok := byToken[tok-1]; ok {
+			handovers = append(handovers, a.acquired.Sub(prev.unlock))
+		}
+	}
+	res.Seconds = elapsed.Seconds()
+	res.Throughput = float64(ops) / elapsed.Seconds()
+	res.Wait, res.Handover = summarise(waits), summarise(handovers)
+	res.Snapshots = len(snaps)
+	res.FIFOChecked, res.Violations = checkSnapshots(snaps, acquiredBy)
+	res.FIFOViolations = len(res.Violations)
+	if res.Violations == nil {
+		res.Violations = []fifoViolation{}
+	}
+	return res, nil
+}
+
+// benchManyLocks runs workers owners that lock and unlock locks picked at
+// random from names until ops pairs are done.
+func benchManyLocks(ctx context.Context, c *lock.Client, names []string, workers, ops int) (manyLocksResult, error) {
+	res := manyLocksResult{Locks: len(names), Ops: ops}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		claimed atomic.Int64
+		wg      sync.WaitGroup
+		latency = make([][]time.Duration, workers)
+	)
+	seed := uint64(time.Now().UnixNano())
+	start := time.Now()
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mathrand.New(mathrand.NewPCG(seed, uint64(i)))
+			mutexes := make([]*lock.Mutex, len(names))
+			for claimed.Add(1) <= int64(ops) {
+				k := rng.IntN(len(names))
+				if mutexes[k] == nil {
+					m, err := c.NewMutex(names[k])
+					if err != nil {
+						cancel(err)
+						return
+					}
+					mutexes[k] = m
+				}
+				t0 := time.Now()
+				if _, err := mutexes[k].Lock(ctx); err != nil {
+					cancel(err)
+					return
+				}
+				latency[i] = append(latency[i], time.Since(t0))
+				if err := mutexes[k].Unlock(ctx); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return res, err
+	}
+	var all []time.Duration
+	for _, l := range latency {
+		all = append(all, l...)
+	}
+	res.Seconds = elapsed.Seconds()
+	res.Throughput = float64(ops) / elapsed.Seconds()
+	res.Lock = summarise(all)
+	return res, nil
+}
+
+// printBench prints the results as a table, one column per client library.
+func printBench(w io.Writer, rep benchReport) {
+	fmt.Fprintf(w, "fairlock bench: %s, %d ops per run, %d workers, %d locks\n\n", rep.Server, rep.Ops, rep.Workers, rep.Locks)
+	tw := newTable(w)
+	row := func(label string, cell func(r benchResult) string) {
+		fmt.Fprint(tw, label)
+		for _, r := range rep.Results {
+			fmt.Fprint(tw, "\t"+cell(r))
+		}
+		fmt.Fprintln(tw)
+	}
+	pair := func(a, b time.Duration) string { return fmtDur(a) + " / " + fmtDur(b) }
+	row("", func(r benchResult) string { return r.Backend })
+	row("uncontended Lock p50 / p99", func(r benchResult) string { return pair(r.Uncontended.Lock.p50, r.Uncontended.Lock.p99) })
+	row("uncontended Unlock p50 / p99", func(r benchResult) string { return pair(r.Uncontended.Unlock.p50, r.Uncontended.Unlock.p99) })
+	row("contended throughput (1 lock)", func(r benchResult) string { return fmtRate(r.Contended.Throughput) })
+	row("contended wait p50 / p99", func(r benchResult) string { return pair(r.Contended.Wait.p50, r.Contended.Wait.p99) })
+	row("hand-over p50 / p99", func(r benchResult) string { return pair(r.Contended.Handover.p50, r.Contended.Handover.p99) })
+	row("FIFO violations / checked", func(r benchResult) string {
+		return fmt.Sprintf("%d / %s", r.Contended.FIFOViolations, fmtInt(int64(r.Contended.FIFOChecked)))
+	})
+	row(fmt.Sprintf("many-locks throughput (%d locks)", rep.Locks), func(r benchResult) string { return fmtRate(r.ManyLocks.Throughput) })
+	row("many-locks Lock p50 / p99", func(r benchResult) string { return pair(r.ManyLocks.Lock.p50, r.ManyLocks.Lock.p99) })
+	_ = tw.Flush()
+	for _, r := range rep.Results {
+		for _, v := range r.Contended.Violations {
+			fmt.Fprintf(w, "%s: FIFO violation: token %d went to %s, expected %s\n", r.Backend, v.Position, v.Got, v.Expected)
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fairlock/fairlock/lock"
+)
+
+func inspectCommand() command {
+	return command{
+		name:    "inspect",
+		args:    "NAME",
+		summary: "print a lock's holder, lease, fencing token and queue",
+		doc: `
+Prints the state of lock NAME, read atomically on the server: the holder (client id and
+owner id, as in the owner field "<clientID>:<ownerID>"), its hold count, the lease left,
+the latest fencing token, and the queue in order with each waiter's deadline. Waiters that
+look dead - deadline passed, or no deadline at all - are flagged with a warning.
+
+Works on locks taken by Redisson's getFairLock(NAME) too: the keyspace is the same
+(owner fields are "<uuid>:<threadId>"; Redisson issues no fencing tokens).
+
+--watch redraws the state every --interval until interrupted (or --count times).`,
+		run: func(ctx context.Context, e env, args []string) error {
+			cfg, err := parseInspect(e, args)
+			if err != nil {
+				return err
+			}
+			return cfg.run(ctx, e)
+		},
+	}
+}
+
+// inspectConfig is the inspect command's flags.
+type inspectConfig struct {
+	conn     connFlags
+	name     string
+	limit    int
+	watch    bool
+	interval time.Duration
+	count    int
+	json     bool
+}
+
+func parseInspect(e env, args []string) (inspectConfig, error) {
+	var cfg inspectConfig
+	fs := newFlagSet(inspectCommand())
+	cfg.conn.register(fs, backendRueidis, "client `library`: rueidis or valkey")
+	fs.IntVar(&cfg.limit, "limit", 100, "list at most this many waiters")
+	fs.BoolVar(&cfg.watch, "watch", false, "refresh every --interval until interrupted")
+	fs.DurationVar(&cfg.interval, "interval", time.Second, "refresh interval of --watch")
+	fs.IntVar(&cfg.count, "count", 0, "with --watch, stop after this many refreshes (0: never)")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON (one object per line with --watch)")
+	rest, err := fs.parse(e, args)
+	if err != nil {
+		return cfg, err
+	}
+	switch {
+	case len(rest) == 0:
+		return cfg, usageError("missing lock NAME")
+	case len(rest) > 1:
+		return cfg, usageError("unexpected argument %q (one lock NAME at a time)", rest[1])
+	case cfg.limit < 0:
+		return cfg, usageError("--limit must not be negative, got %d", cfg.limit)
+	case cfg.interval < 10*time.Millisecond:
+		return cfg, usageError("--interval must be at least 10ms, got %v", cfg.interval)
+	case cfg.count < 0:
+		return cfg, usageError("--count must not be negative, got %d", cfg.count)
+	}
+	cfg.name = rest[0]
+	return cfg, checkBackend(cfg.conn.backend)
+}
+
+// inspectReport is one snapshot of a lock, as printed.
+type inspectReport struct {
+	Name        string    `json:"name"`
+	Key         string    `json:"key"`
+	ServerTime  time.Time `json:"server_time"`
+	Locked      bool      `json:"locked"`
+	Holders     []holder  `json:"holders"`
+	LeaseLeft   float64   `json:"lease_left_ms"` // 0: free; -1: no expiry
+	Token       int64     `json:"token"`         // latest fencing token; 0: none issued
+	QueueLength int       `json:"queue_length"`
+	Queue       []waiter  `json:"queue"` // head first, at most --limit
+	Warnings    []string  `json:"warnings"`
+
+	leaseLeft time.Duration
+}
+
+// holder is one owner in the lock hash.
+type holder struct {
+	Owner    string `json:"owner"`     // the field, "<clientID>:<ownerID>"
+	ClientID string `json:"client_id"` // "" when the field has another form
+	OwnerID  int64  `json:"owner_id"`
+	Count    int    `json:"count"`
+}
+
+// waiter is one queued owner.
+type waiter struct {
+	Position   int        `json:"position"`
+	Owner      string     `json:"owner"`
+	ClientID   string     `json:"client_id"`
+	OwnerID    int64      `json:"owner_id"`
+	Deadline   *time.Time `json:"deadline"`       // null: no entry in the timeout zset
+	DeadlineIn float64    `json:"deadline_in_ms"` // from the server time; negative when passed
+	Dead       bool       `json:"dead"`           // looks dead: no deadline, or it has passed
+
+	deadlineIn time.Duration
+}
+
+func (cfg inspectConfig) run(ctx context.Context, e env) error {
+	srv, err := cfg.conn.server(e, false)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ep, err := srv.open(cfg.conn.backend)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	var opts []lock.Option
+	if cfg.conn.prefix != "" {
+		opts = append(opts, lock.WithKeyPrefix(cfg.conn.prefix))
+	}
+	c, err := lock.NewClient(ep.backend, opts...)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	defer c.Close()
+	m, err := c.NewMutex(cfg.name)
+	if err != nil {
+		return usageError("%v", err)
+	}
+
+	clear := cfg.watch && !cfg.json && isTerminal(e.stdout)
+	show := func(n int, rep inspectReport) error {
+		switch {
+		case cfg.json && cfg.watch:
+			return json.NewEncoder(e.stdout).Encode(rep) // one object per line
+		case cfg.json:
+			return writeJSON(e.stdout, rep)
+		case clear:
+			fmt.Fprint(e.stdout, "\x1b[H\x1b[2J") // redraw in place
+		case n > 1:
+			fmt.Fprintln(e.stdout)
+		}
+		printInspect(e.stdout, rep)
+		return nil
+	}
+	t := time.NewTicker(cfg.interval)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		st, err := m.Inspect(ctx, cfg.limit)
+		switch {
+		case err == nil:
+			if err := show(n, buildInspectReport(m, st)); err != nil {
+				return err
+			}
+		case !cfg.watch:
+			return err
+		case ctx.Err() != nil:
+			return nil // interrupted: the normal end of --watch
+		default:
+			// Keep watching: the server may be restarting.
+			fmt.Fprintf(e.stderr, "fairlock inspect: %s: %v\n", time.Now().Format("15:04:05.000"), err)
+		}
+		if !cfg.watch || (cfg.count > 0 && n >= cfg.count) {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// buildInspectReport turns a snapshot into the report, with warnings.
+func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
+	rep := inspectReport{
+		Name: m.Name(), Key: m.Key(), ServerTime: st.ServerTime.UTC(), Locked: st.Locked(),
+		Holders: []holder{}, Token: st.Token, QueueLength: st.QueueLength, Queue: []waiter{},
+		Warnings: []string{}, leaseLeft: st.TTL, LeaseLeft: millis(st.TTL),
+	}
+	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
+	for _, h := range st.Holders {
+		hr := holder{Owner: h.Owner, Count: h.Count}
+		if o, err := lock.ParseOwner(h.Owner); err == nil {
+			hr.ClientID, hr.OwnerID = o.ClientID, o.ID
+		} else {
+			warn("holder field %q is not \"<clientID>:<ownerID>\": not written by fairlock or Redisson", h.Owner)
+		}
+		rep.Holders = append(rep.Holders, hr)
+	}
+	if len(st.Holders) > 1 {
+		warn("%d owners in the lock hash: a fair lock has one holder (reentrant holds share one field)", len(st.Holders))
+	}
+	if st.Locked() && st.TTL < 0 {
+		warn("the lock has no expiry: it never frees itself, only an unlock or force-unlock releases it")
+	}
+	for i, w := range st.Queue {
+		wr := waiter{Position: i + 1, Owner: w.Owner}
+		if o, err := lock.ParseOwner(w.Owner); err == nil {
+			wr.ClientID, wr.OwnerID = o.ClientID, o.ID
+		}
+		if w.Deadline.IsZero() {
+			wr.Dead = true
+			warn("waiter #%d %s has no deadline in the timeout zset: looks dead; it is dropped when it reaches the head", i+1, w.Owner)
+		} else {
+			d := w.Deadline.UTC()
+			wr.Deadline = &d
+			wr.deadlineIn = w.Deadline.Sub(st.ServerTime)
+			wr.DeadlineIn = millis(wr.deadlineIn)
+			if wr.deadlineIn <= 0 {
+				wr.Dead = true
+				warn("waiter #%d %s: deadline passed %s ago: looks dead (crashed or hung); it is dropped when it reaches the head", i+1, w.Owner, fmtDur(-wr.deadlineIn))
+			}
+		}
+		rep.Queue = append(rep.Queue, wr)
+	}
+	if !st.Locked() && st.QueueLength > 0 && len(rep.Queue) > 0 && !rep.Queue[0].Dead {
+		warn("the lock is free but %d owner(s) wait: normal for a moment during a hand-over; if it lasts, the head is not taking it", st.QueueLength)
+	}
+	return rep
+}
+
+// printInspect prints one snapshot for people.
+func printInspect(w io.Writer, rep inspectReport) {
+	fmt.Fprintf(w, "lock %q (key %s) at %s server time\n", rep.Name, rep.Key, rep.ServerTime.Format("2006-01-02 15:04:05.000 MST"))
+	tw := newTable(w)
+	switch {
+	case len(rep.Holders) == 0:
+		fmt.Fprintf(tw, "  holder\tnone (free)\n")
+	default:
+		for _, h := range rep.Holders {
+			if h.ClientID == "" {
+				fmt.Fprintf(tw, "  holder\t%s\thold count %d\n", h.Owner, h.Count)
+				continue
+			}
+			fmt.Fprintf(tw, "  holder\tclient %s  owner %d\thold count %d\n", h.ClientID, h.OwnerID, h.Count)
+		}
+	}
+	switch {
+	case !rep.Locked:
+		fmt.Fprintf(tw, "  lease left\t-\n")
+	case rep.leaseLeft < 0:
+		fmt.Fprintf(tw, "  lease left\tno expiry\n")
+	default:
+		fmt.Fprintf(tw, "  lease left\t%s\n", fmtDur(rep.leaseLeft))
+	}
+	if rep.Token == 0 {
+		fmt.Fprintf(tw, "  fencing token\tnone issued (Redisson clients issue none)\n")
+	} else {
+		fmt.Fprintf(tw, "  fencing token\t%d\n", rep.Token)
+	}
+	queue := fmt.Sprintf("%d waiting", rep.QueueLength)
+	if rep.QueueLength > len(rep.Queue) {
+		queue += fmt.Sprintf(" (showing the first %d; see --limit)", len(rep.Queue))
+	}
+	fmt.Fprintf(tw, "  queue\t%s\n", queue)
+	_ = tw.Flush()
+	if len(rep.Queue) > 0 {
+		tw = newTable(w)
+		fmt.Fprintln(tw, "    #\tCLIENT\tOWNER\tDEADLINE\tIN\t")
+		for _, q := range rep.Queue {
+			client, owner := q.ClientID, fmt.Sprint(q.OwnerID)
+			if client == "" {
+				client, owner = q.Owner, "?"
+			}
+			deadline, in, note := "none", "-", ""
+			if q.Deadline != nil {
+				deadline, in = q.Deadline.Format("15:04:05.000"), fmtDur(q.deadlineIn)
+			}
+			if q.Dead {
+				note = "dead?"
+			}
+			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\n", q.Position, client, owner, deadline, in, note)
+		}
+		_ = tw.Flush()
+	}
+	for _, s := range rep.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", s)
+	}
+}
