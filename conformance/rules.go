@@ -47,6 +47,7 @@ func ruleCases() []testCase {
 		{"X5_LostAcquireReplyLeavesNoHold", testX5LostReply},
 		{"X6_FencingTokensIncrease", testX6Tokens},
 		{"X7_LostLockIsSignalled", testX7LostLock},
+		{"X7_ForceUnlockedHolderIsTold", testX7ForceUnlocked},
 		{"X10_BadInputTouchesNothing", testX10BadInput},
 		{"ManyOwnersEachAcquireOnce", testManyOwners},
 		{"X11_ShardedPublishStillWakesWaiters", testShardedPublish},
@@ -212,10 +213,12 @@ func testB4UnlockWakes(t *testing.T, s *suite) {
 	// A long waiter timeout makes the waiter's own heartbeat slow, so only
 	// the unlock's wake-up message can hand the lock over quickly.
 	holder := s.newProc(t).mutex(t, name)
-	waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
+	settled(t, wp)
 	unlocked := time.Now()
 	mustUnlock(t, holder)
 	r := await(t, ch, eventually, "waiter")
@@ -358,13 +361,16 @@ func testB7TryLockOnce(t *testing.T, s *suite) {
 
 func testB8ForceUnlock(t *testing.T, s *suite) {
 	name := lockName(t)
-	holderProc := s.newProc(t, lock.WithLease(600*time.Millisecond))
-	holder := holderProc.mutex(t, name)
-	waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	// The holder's lease (30 s) and the waiter's heartbeat (20 s) are far
+	// away: only the force unlock's wake-up can hand over quickly.
+	holder := s.newProc(t).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
 	admin := s.newProc(t).mutex(t, name)
-	h := mustLock(t, holder)
+	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, admin, 1)
+	settled(t, wp)
 	forced := time.Now()
 	ok, err := admin.ForceUnlock(ctxFor(t, eventually))
 	if err != nil || !ok {
@@ -377,14 +383,6 @@ func testB8ForceUnlock(t *testing.T, s *suite) {
 	if d := r.at.Sub(forced); d > slack {
 		t.Errorf("waiter took %v after ForceUnlock, want a wake-up", d)
 	}
-	select {
-	case <-h.Done():
-	case <-time.After(eventually):
-		t.Fatal("force-unlocked holder was not told (X7)")
-	}
-	if !errors.Is(h.Err(), lock.ErrLockLost) {
-		t.Errorf("holder's error %v, want ErrLockLost", h.Err())
-	}
 	if ok, _ := admin.ForceUnlock(ctxFor(t, eventually)); !ok {
 		t.Error("ForceUnlock of the waiter's hold reported nothing removed")
 	}
@@ -393,14 +391,36 @@ func testB8ForceUnlock(t *testing.T, s *suite) {
 	}
 }
 
+// testX7ForceUnlocked: a holder whose lock someone else force-unlocks is
+// told by its watchdog (X7).
+func testX7ForceUnlocked(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t, lock.WithLease(600*time.Millisecond)).mutex(t, name)
+	admin := s.newProc(t).mutex(t, name)
+	h := mustLock(t, holder)
+	if ok, err := admin.ForceUnlock(ctxFor(t, eventually)); err != nil || !ok {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(eventually):
+		t.Fatal("force-unlocked holder was not told")
+	}
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Errorf("holder's error %v, want ErrLockLost", h.Err())
+	}
+}
+
 func testB8Delete(t *testing.T, s *suite) {
 	name := lockName(t)
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
-	waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
+	settled(t, wp)
 	deleted := time.Now()
 	if ok, err := holder.Delete(ctxFor(t, eventually)); err != nil || !ok {
 		t.Fatalf("Delete = %v, %v", ok, err)
@@ -604,10 +624,12 @@ func testX3DeletedByHand(t *testing.T, s *suite) {
 	const waiterTimeout = 900 * time.Millisecond
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
-	waiter := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout))
+	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, holder, 1)
+	settled(t, wp)
 	deleted := time.Now()
 	// DEL by hand (no script, no message, lease far away): the head must
 	// still notice within its heartbeat interval.
@@ -640,6 +662,7 @@ func testX3WatchedHash(t *testing.T, s *suite) {
 	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
+	settled(t, wp)
 	waitUntil(t, eventually, "the head to watch the lock hash", func() bool { return wp.b.count("WATCHKEY") >= 2 })
 	deleted := time.Now()
 	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
@@ -657,8 +680,8 @@ func testX3HeadGivesUp(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
 	// Slow heartbeats (20 s): only a wake-up can make "next" act quickly.
-	head := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
-	next := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	hp, np := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)), s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	head, next := hp.mutex(t, name), np.mutex(t, name)
 	mustLock(t, holder)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -666,6 +689,8 @@ func testX3HeadGivesUp(t *testing.T, s *suite) {
 	waitQueued(t, holder, 1)
 	nc := goAcquire(func() (*lock.Hold, error) { return next.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 2)
+	settled(t, hp)
+	settled(t, np)
 	// The hash vanishes without a message: the lock is free and "head" is
 	// first in line but does not know yet. Then "head" gives up.
 	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
@@ -935,10 +960,12 @@ func testManyOwners(t *testing.T, s *suite) {
 func testShardedPublish(t *testing.T, s *suite) {
 	name := lockName(t)
 	holder := s.newProc(t, lock.WithShardedPublish()).mutex(t, name)
-	waiter := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	wp := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
+	settled(t, wp)
 	unlocked := time.Now()
 	mustUnlock(t, holder)
 	r := await(t, ch, eventually, "waiter")
@@ -1093,8 +1120,10 @@ func testServerRestart(t *testing.T, s *suite) {
 		}
 		return streak >= 20
 	})
+	base := wp.b.count("acquire" + doneSuffix)
 	ch = goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
+	settledAfter(t, wp, base)
 	released := time.Now()
 	mustUnlock(t, holder)
 	r := await(t, ch, 60*time.Second, "waiter after the restart")

@@ -298,3 +298,17 @@ func (b *countingBackend) total() int {
 	}
 	return n
 }
+
+// settled waits until p's waiter has made its first two acquire calls -
+// queueing, then the re-check after subscribing - so from then on only a
+// wake-up or its timers can move it. A test of a wake-up starts the
+// release only after this; earlier, the re-check could find the lock free
+// by itself and hide a missing wake-up. p must have one waiter.
+func settled(t *testing.T, p *proc) { settledAfter(t, p, 0) }
+
+// settledAfter is settled for a waiter started when p had completed base
+// acquire calls.
+func settledAfter(t *testing.T, p *proc, base int) {
+	t.Helper()
+	waitUntil(t, eventually, "the waiter to queue and re-check", func() bool { return p.b.count("acquire"+doneSuffix) >= base+2 })
+}
