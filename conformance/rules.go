@@ -984,6 +984,7 @@ func sequentialCases() []sequentialCase {
 		{testCase{"B10_ScriptFlushIsInvisible", testScriptFlush}, true, false},
 		{testCase{"X8_ScriptWorkDoesNotGrowWithTheQueue", testX8ConstantWork}, true, false},
 		{testCase{"X9_UnreplicatedAcquireIsRolledBack", testX9Replicas}, false, true},
+		{testCase{"X7_RenewalFailingPastTheLeaseIsLoss", testX7RenewalFailing}, true, false},
 		{testCase{"X3_ServerRestartDoesNotStrandWaiters", testServerRestart}, true, false},
 	}
 }
@@ -1050,6 +1051,37 @@ func testX9Replicas(t *testing.T, s *suite) {
 		t.Errorf("hold count %d after a rolled-back re-entry, want 1", n)
 	}
 	mustUnlock(t, m)
+}
+
+// testX7RenewalFailing: with the server unreachable (paused), the
+// watchdog's renewals fail; once they have failed for longer than the
+// lease, the holder is told its lock is lost (X7), without waiting for
+// the server to come back.
+func testX7RenewalFailing(t *testing.T, s *suite) {
+	const lease = 600 * time.Millisecond
+	m := s.newProc(t, lock.WithLease(lease)).mutex(t, lockName(t))
+	h := mustLock(t, m)
+	s.cfg.server.Pause(t)
+	paused := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.cfg.server.Resume(t)
+		}
+	}()
+	select {
+	case <-h.Done():
+	case <-time.After(eventually):
+		t.Fatal("renewals failing past the lease were not reported")
+	}
+	if d := time.Since(paused); d < lease/3 {
+		t.Errorf("loss reported %v after the pause, before renewals could fail", d)
+	}
+	s.cfg.server.Resume(t)
+	resumed = true
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", h.Err())
+	}
 }
 
 // testNoLeaks runs contended locking, closes everything, and checks that
@@ -1222,7 +1254,8 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		waiter := s.newProc(t).mutex(t, name)
+		// Slow heartbeats (20 s), so none lands in a counting window.
+		waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
 		ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctx) })
 		waitQueued(t, holder, queued+1)
 		count := func(do func()) int {
@@ -1241,7 +1274,7 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 			}
 		})
 		// A heartbeat: the tail waiter's acquire while queued.
-		tp := s.newProc(t)
+		tp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
 		tail := tp.mutex(t, name)
 		tctx, tcancel := context.WithCancel(context.Background())
 		defer tcancel()
