@@ -1296,9 +1296,10 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 	h1, r1, l1 := work(2)
 	h2, r2, l2 := work(2000)
 	t.Logf("commands run by scripts with 2 / 2000 waiters: heartbeat %d / %d, re-entry+release %d / %d, leave %d / %d", h1, h2, r1, r2, l1, l2)
-	// A stray heartbeat may land in a window; a loop over the queue would
-	// add thousands.
-	const noise = 10
+	// A head waiter woken by its key watch (the holder's re-entry writes
+	// the hash) may run acquire in a window, a few times at most; a loop
+	// over the queue would add thousands.
+	const noise = 30
 	if h2 > h1+noise || r2 > r1+noise || l2 > l1+noise {
 		t.Errorf("script commands grew with the queue (2 vs 2000 waiters): heartbeat %d vs %d, release %d vs %d, leave %d vs %d", h1, h2, r1, r2, l1, l2)
 	}
