@@ -283,7 +283,17 @@ type acquireReply struct {
 	head     bool  // waiting: the owner is first in line
 }
 
+// attemptTimeout bounds one acquire attempt. Attempts do not follow the
+// caller's cancellation: a request abandoned in flight could still reach
+// Redis on one of the client's pipelined connections after the cleanup
+// sent on another, and queue (or grant) the owner after its call
+// returned. Cancellation is honoured between attempts, one round trip
+// later at most.
+const attemptTimeout = 5 * time.Second
+
 func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+	defer cancel()
 	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token}
 	var (
 		rep   backend.Reply
@@ -483,6 +493,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 			tr.End(res)
 		}()
 	}
+	prev := m.current()
 	rep, err := m.c.b.Eval(ctx, m.c.scripts.forceUnlock,
 		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
 		[]string{m.keys.channel, m.c.cfg.publish})
@@ -493,7 +504,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err != nil {
 		return false, m.errorf(err)
 	}
-	m.dropLocalHold("force-unlocked")
+	m.dropLocalHold(prev, "force-unlocked")
 	return n == 1, nil
 }
 
@@ -505,6 +516,7 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
 	}
+	prev := m.current()
 	rep, err := m.c.b.Eval(ctx, m.c.scripts.delete,
 		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
 		[]string{m.keys.channel, m.c.cfg.publish})
@@ -515,14 +527,21 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, m.errorf(err)
 	}
-	m.dropLocalHold("deleted")
+	m.dropLocalHold(prev, "deleted")
 	return n > 0, nil
 }
 
-func (m *Mutex) dropLocalHold(how string) {
+// current returns this Mutex's hold, or nil.
+func (m *Mutex) current() *Hold {
 	m.mu.Lock()
-	h := m.hold
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return m.hold
+}
+
+// dropLocalHold ends h, the hold this Mutex had when a ForceUnlock or
+// Delete was sent, as lost. A hold granted while that call was in flight
+// (the call woke this very owner) is a new one and stays.
+func (m *Mutex) dropLocalHold(h *Hold, how string) {
 	if h != nil {
 		m.lose(h, fmt.Errorf("%w: lock %s", ErrLockLost, how))
 	}

@@ -1,0 +1,77 @@
+package conformance_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Sizes of the cross-adapter differential check.
+var crossSeeds = []int64{1, 2, 3, 4, 5}
+
+const crossSteps = 200
+
+func rueidisFactory(addr string) conformance.Factory {
+	return func(t *testing.T) backend.Backend {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			t.Fatalf("rueidis.NewClient: %v", err)
+		}
+		b := rueidisbackend.New(rc)
+		t.Cleanup(func() {
+			b.Close()
+			rc.Close()
+		})
+		return b
+	}
+}
+
+func valkeyFactory(addr string) conformance.Factory {
+	return func(t *testing.T) backend.Backend {
+		vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			t.Fatalf("valkey.NewClient: %v", err)
+		}
+		b := valkeybackend.New(vc)
+		t.Cleanup(func() {
+			b.Close()
+			vc.Close()
+		})
+		return b
+	}
+}
+
+// TestCrossAdapterTracesMatch runs the seeded differential workload on the
+// rueidis and valkey-go adapters against one server and requires identical
+// traces: who holds when, results and error kinds, queues and tokens.
+func TestCrossAdapterTracesMatch(t *testing.T) {
+	srv := redistest.Start(t)
+	adapters := []struct {
+		name    string
+		factory conformance.Factory
+	}{
+		{"rueidis", rueidisFactory(srv.Addr())},
+		{"valkey-go", valkeyFactory(srv.Addr())},
+	}
+	for _, seed := range crossSeeds {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			t.Parallel()
+			traces := make([][]string, len(adapters))
+			for i, a := range adapters {
+				traces[i] = conformance.RecordTrace(t, a.factory, seed, crossSteps)
+			}
+			for i := 1; i < len(adapters); i++ {
+				if d := conformance.TraceDiff(traces[0], traces[i]); d != "" {
+					t.Errorf("%s (want) and %s (got) traces differ for seed %d:\n%s", adapters[0].name, adapters[i].name, seed, d)
+				}
+			}
+		})
+	}
+}
