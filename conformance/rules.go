@@ -680,7 +680,8 @@ func testX3HeadGivesUp(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
 	// Slow heartbeats (20 s): only a wake-up can make "next" act quickly.
-	hp, np := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)), s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	// The head must not learn of the DEL below by watching the hash.
+	hp, np := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(60*time.Second))), s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
 	head, next := hp.mutex(t, name), np.mutex(t, name)
 	mustLock(t, holder)
 	ctx, cancel := context.WithCancel(context.Background())

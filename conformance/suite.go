@@ -61,21 +61,21 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// keysOf returns the lock's hash, queue and timeouts keys for a name
-// without braces (Redisson's naming).
+// keysOf returns the lock's hash, queue, Redisson timeouts and fairlock
+// liveness keys for a name without braces.
 func keysOf(name string) []string {
-	return []string{name, "redisson_lock_queue:{" + name + "}", "redisson_lock_timeout:{" + name + "}"}
+	return []string{name, "redisson_lock_queue:{" + name + "}", "redisson_lock_timeout:{" + name + "}", "fairlock_lock_alive:{" + name + "}"}
 }
 
 // rawState reads, through the backend, what the lock's keys hold.
 type rawState struct {
 	hashExists bool
 	queue      []string
-	timeouts   int64
+	timeouts   int64 // entries in both deadline zsets (Redisson's and fairlock's)
 }
 
 const rawStateLua = `
-return {redis.call('exists', KEYS[1]), redis.call('lrange', KEYS[2], 0, -1), redis.call('zcard', KEYS[3])}`
+return {redis.call('exists', KEYS[1]), redis.call('lrange', KEYS[2], 0, -1), redis.call('zcard', KEYS[3]) + redis.call('zcard', KEYS[4])}`
 
 func readRaw(t *testing.T, b backend.Backend, name string) rawState {
 	t.Helper()
@@ -214,6 +214,17 @@ type countingBackend struct {
 	// loseReply, if set, runs a script but reports a network error
 	// instead of its reply when it returns true.
 	loseReply func(script string) bool
+	// noWatch hides the backend's key watching (backend.KeyWatcher).
+	noWatch bool
+}
+
+// withoutKeyWatch makes p's backend report that it cannot watch keys, for
+// cases about what happens without that early wake-up.
+func withoutKeyWatch(p *proc) *proc {
+	p.b.mu.Lock()
+	p.b.noWatch = true
+	p.b.mu.Unlock()
+	return p
 }
 
 var errLostReply = errors.New("conformance: simulated lost reply")
@@ -255,12 +266,15 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 // WatchKey forwards to the backend under test when it can watch keys.
 func (b *countingBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
 	kw, ok := b.Backend.(backend.KeyWatcher)
+	b.mu.Lock()
+	ok = ok && !b.noWatch
+	if ok {
+		b.counts["WATCHKEY"]++
+	}
+	b.mu.Unlock()
 	if !ok {
 		return nil, backend.ErrNotSupported
 	}
-	b.mu.Lock()
-	b.counts["WATCHKEY"]++
-	b.mu.Unlock()
 	return kw.WatchKey(ctx, key)
 }
 

@@ -43,7 +43,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
 	}
-	cfg := config{lease: DefaultLease, waiterTimeout: DefaultWaiterTimeout, publish: "publish"}
+	cfg := config{lease: DefaultLease, waiterTimeout: DefaultWaiterTimeout, redissonSlack: DefaultRedissonSlack, publish: "publish"}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)

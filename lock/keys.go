@@ -9,6 +9,9 @@ const (
 	channelPrefix = "redisson_lock__channel"
 	latchPrefix   = "redisson_unlock_latch"
 	tokenPrefix   = "redisson_lock_token"
+	// alivePrefix is ours, not Redisson's: fairlock waiters' liveness
+	// deadlines (see scripts/prelude.lua).
+	alivePrefix = "fairlock_lock_alive"
 )
 
 // keyset holds every key and channel name derived from one lock name.
@@ -16,6 +19,7 @@ type keyset struct {
 	hash     string // the lock hash: the (prefixed) name itself
 	queue    string
 	timeouts string
+	alive    string
 	token    string
 	channel  string // per-waiter channels are channel + ":" + owner field
 	latch    string // unlock latches are latch + ":" + request ID
@@ -41,6 +45,7 @@ func deriveKeys(name string) (keyset, bool) {
 		hash:     name,
 		queue:    prefixName(queuePrefix, name),
 		timeouts: prefixName(timeoutPrefix, name),
+		alive:    prefixName(alivePrefix, name),
 		token:    prefixName(tokenPrefix, name),
 		channel:  prefixName(channelPrefix, name),
 		latch:    prefixName(latchPrefix, name),

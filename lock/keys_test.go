@@ -34,6 +34,7 @@ func TestDeriveKeysRedissonNames(t *testing.T) {
 		hash:     "orders",
 		queue:    "redisson_lock_queue:{orders}",
 		timeouts: "redisson_lock_timeout:{orders}",
+		alive:    "fairlock_lock_alive:{orders}",
 		token:    "redisson_lock_token:{orders}",
 		channel:  "redisson_lock__channel:{orders}",
 		latch:    "redisson_unlock_latch:{orders}",
@@ -73,7 +74,7 @@ func FuzzLockName(f *testing.F) {
 		}
 		k := m.keys
 		s := slot(k.hash)
-		for _, key := range []string{k.queue, k.timeouts, k.token, k.channel + ":c:1", k.latch + ":ab", m.channel} {
+		for _, key := range []string{k.queue, k.timeouts, k.alive, k.token, k.channel + ":c:1", k.latch + ":ab", m.channel} {
 			if slot(key) != s {
 				t.Fatalf("name %q: key %q in slot %d, lock hash in %d", prefix+name, key, slot(key), s)
 			}

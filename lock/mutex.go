@@ -144,6 +144,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	args := []string{
 		m.field, m.c.ms(lease), m.c.ms(m.c.cfg.waiterTimeout), mode,
 		m.keys.channel, m.c.cfg.publish, m.c.ms(m.c.cfg.waiterTimeout / 3),
+		m.c.ms(m.c.cfg.redissonSlack),
 	}
 	grant := func(r acquireReply, sent time.Time) (*Hold, error) {
 		h, err := m.granted(r, sent, lease, watchdog)
@@ -270,7 +271,7 @@ func (m *Mutex) abandon(ctx context.Context, cause error) {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	_, _ = m.c.b.Eval(cctx, m.c.scripts.leave,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.alive},
 		[]string{m.field, m.keys.channel, m.c.cfg.publish, release})
 }
 
@@ -294,7 +295,7 @@ const attemptTimeout = 5 * time.Second
 func (m *Mutex) tryAcquire(ctx context.Context, args []string) (acquireReply, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
 	defer cancel()
-	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token}
+	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token, m.keys.alive}
 	var (
 		rep   backend.Reply
 		err   error
@@ -437,7 +438,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err != nil {
 		return m.errorf(err)
 	}
-	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.latch + ":" + reqID}
+	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.latch + ":" + reqID, m.keys.alive}
 	args := []string{m.field, m.c.ms(lease), m.keys.channel, m.c.cfg.publish, m.c.ms(unlockLatchTTL)}
 	var rep backend.Reply
 	for attempt := 1; ; attempt++ {
@@ -495,7 +496,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	}
 	prev := m.current()
 	rep, err := m.c.b.Eval(ctx, m.c.scripts.forceUnlock,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.alive},
 		[]string{m.keys.channel, m.c.cfg.publish})
 	if err != nil {
 		return false, m.errorf(err)
@@ -518,7 +519,7 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	}
 	prev := m.current()
 	rep, err := m.c.b.Eval(ctx, m.c.scripts.delete,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts},
+		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.alive},
 		[]string{m.keys.channel, m.c.cfg.publish})
 	if err != nil {
 		return false, m.errorf(err)

@@ -15,6 +15,11 @@ const (
 	// (X2), so only a dead waiter is ever dropped, and it delays the queue
 	// by at most this long.
 	DefaultWaiterTimeout = 5 * time.Second
+	// DefaultRedissonSlack is Redisson's fairLockWaitTimeout: the slack
+	// Redisson adds to each waiter's deadline. Queued fairlock owners keep
+	// a deadline of that shape as well, so Redisson clients on the same
+	// lock neither drop nor reorder them (X11).
+	DefaultRedissonSlack = 5 * time.Minute
 	// MaxDuration is the longest lease or wait accepted.
 	MaxDuration = 10 * 365 * 24 * time.Hour
 	// WatchdogLease, passed as the lease of TryLock or TryLockOnce, asks
@@ -33,6 +38,7 @@ type config struct {
 	keyPrefix     string
 	publish       string
 	observer      Observer
+	redissonSlack time.Duration
 	replicas      int           // X9: replicas that must acknowledge an acquire
 	replicaWait   time.Duration // X9: how long WAIT waits for them
 }
@@ -68,6 +74,21 @@ func WithWaiterTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: waiter timeout %v is shorter than 3ms", ErrInvalidDuration, d)
 		}
 		c.waiterTimeout = d
+		return nil
+	}
+}
+
+// WithRedissonSlack sets the slack of the Redisson-compatible deadline
+// every queued owner also keeps (default DefaultRedissonSlack, 5 min, as
+// Redisson's fairLockWaitTimeout). Set it to the fairLockWaitTimeout of
+// the Redisson clients sharing your locks. fairlock's own clients judge
+// fairlock waiters by the waiter timeout, not by this.
+func WithRedissonSlack(d time.Duration) Option {
+	return func(c *config) error {
+		if err := checkDuration("Redisson slack", d); err != nil {
+			return err
+		}
+		c.redissonSlack = d
 		return nil
 	}
 }

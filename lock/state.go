@@ -69,7 +69,7 @@ func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
 	// closed, say) is retried, a few times at most.
 	for attempt := 1; ; attempt++ {
 		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect,
-			[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token},
+			[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token, m.keys.alive},
 			[]string{strconv.Itoa(limit)})
 		if !retryable(ctx, err, attempt) {
 			break

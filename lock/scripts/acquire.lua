@@ -2,15 +2,17 @@
 --
 -- KEYS[1] lock hash        field "<clientID>:<ownerID>" -> hold count
 -- KEYS[2] queue            list of waiting owners, head first
--- KEYS[3] timeouts         zset owner -> deadline (server ms)
+-- KEYS[3] timeouts         zset owner -> Redisson deadline (server ms)
 -- KEYS[4] token counter    fencing-token counter
+-- KEYS[5] alive            zset owner -> fairlock liveness deadline
 -- ARGV[1] owner field
 -- ARGV[2] lease in ms
--- ARGV[3] waiter timeout in ms: a queued owner's deadline is now + this
+-- ARGV[3] waiter timeout in ms: a queued owner's liveness deadline is now + this
 -- ARGV[4] mode: "wait" queues (or refreshes) the owner, "once" never queues
 -- ARGV[5] channel prefix, "redisson_lock__channel:{name}"
 -- ARGV[6] publish commands ("publish" or "publish,spublish")
 -- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
+-- ARGV[8] Redisson's waiter slack in ms (its fairLockWaitTimeout)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head}
@@ -20,11 +22,12 @@
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
--- calling again refreshes its own deadline, X3 a free lock with someone else
--- at the head wakes that head, X6 fencing token, X8 no loop over waiters.
+-- calling again refreshes its own deadline, X3 whoever becomes first in
+-- line is woken, X6 fencing token, X8 no loop over waiters, X11 Redisson-
+-- compatible deadlines.
 local now = server_now()
 local me = ARGV[1]
-purge(KEYS[2], KEYS[3], now)
+purge(KEYS[2], KEYS[3], KEYS[5], now, ARGV[5], ARGV[6], me)
 
 if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)
@@ -32,6 +35,10 @@ if redis.call('exists', KEYS[1]) == 0 then
     if head then
       redis.call('lpop', KEYS[2])
       redis.call('zrem', KEYS[3], me)
+      redis.call('zrem', KEYS[5], me)
+      -- The next owner is first in line now: it must start waiting no
+      -- longer than this lease (X3).
+      wake_head(KEYS[2], ARGV[5], ARGV[6])
     end
     redis.call('hset', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
@@ -50,13 +57,33 @@ if ARGV[4] == 'once' then
   return {0, hint, 0}
 end
 
+local slack = tonumber(ARGV[8])
 local position = 0
-if redis.call('zscore', KEYS[3], me) then
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), me)
+local deadline = redis.call('zscore', KEYS[3], me)
+if deadline then
+  -- Queued: heartbeat. Keep the Redisson deadline at least a slack ahead
+  -- too, so a Redisson client's purge never drops a live waiter during a
+  -- long hold (upstream #3004).
+  if tonumber(deadline) < now + slack then
+    redis.call('zadd', KEYS[3], now + slack, me)
+  end
 else
+  -- Join the tail. The Redisson deadline continues the chain as Redisson
+  -- computes it: the last waiter's deadline, else now plus the lease left,
+  -- plus the slack.
+  local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+  local last = redis.call('lindex', KEYS[2], -1)
+  if last then
+    local last_deadline = redis.call('zscore', KEYS[3], last)
+    if last_deadline then
+      base = tonumber(last_deadline)
+    end
+  end
   position = redis.call('rpush', KEYS[2], me)
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), me)
+  redis.call('zadd', KEYS[3], base + slack, me)
 end
+redis.call('zadd', KEYS[5], now + tonumber(ARGV[3]), me)
+
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat
 -- pace: a lease expiry wakes one waiter, not the whole queue.

@@ -1,9 +1,10 @@
--- delete.lua: remove the lock's state: hash, queue and timeouts. The fencing
--- counter stays, so tokens never go backwards (X6).
+-- delete.lua: remove the lock's state: hash, queue and both deadline zsets.
+-- The fencing counter stays, so tokens never go backwards (X6).
 --
 -- KEYS[1] lock hash
 -- KEYS[2] queue
 -- KEYS[3] timeouts
+-- KEYS[4] alive
 -- ARGV[1] channel prefix
 -- ARGV[2] publish commands
 --
@@ -12,7 +13,7 @@
 -- Rules: B8 delete, X3 the head is woken: it finds the lock free and takes
 -- it; the other waiters notice at their next heartbeat and queue again.
 local head = redis.call('lindex', KEYS[2], 0)
-local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3])
+local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if head then
   notify(ARGV[2], ARGV[1], head)
 end

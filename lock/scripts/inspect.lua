@@ -4,11 +4,14 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- KEYS[4] token counter
+-- KEYS[5] alive
 -- ARGV[1] how many queue entries to list (0: none)
 --
 -- Returns {now ms, lock pttl ms, token, queue length,
 --          {field, count, field, count, ...},
---          {owner, deadline, owner, deadline, ...}}.
+--          {owner, deadline, owner, deadline, ...}}; a waiter's deadline is
+-- its fairlock liveness deadline, or for a Redisson waiter its Redisson
+-- deadline ('' when it has neither).
 --
 -- Rules: B9 reads. It visits at most ARGV[1] waiters.
 local entries = {}
@@ -16,7 +19,7 @@ local limit = tonumber(ARGV[1])
 if limit > 0 then
   for _, owner in ipairs(redis.call('lrange', KEYS[2], 0, limit - 1)) do
     entries[#entries + 1] = owner
-    entries[#entries + 1] = redis.call('zscore', KEYS[3], owner) or ''
+    entries[#entries + 1] = redis.call('zscore', KEYS[5], owner) or redis.call('zscore', KEYS[3], owner) or ''
   end
 end
 return {

@@ -1,31 +1,19 @@
 -- prelude.lua: helpers prepended to every fair-lock script (see scripts.go).
 --
+-- Two zsets describe the queue. "timeouts" is Redisson's: each waiter's
+-- deadline as Redisson computes it (the previous waiter's deadline plus
+-- Redisson's slack), which Redisson's own scripts purge by and shift. Our
+-- waiters keep a Redisson-compatible entry there, so Redisson clients
+-- treat them like their own (X11). "alive" is ours: each fairlock
+-- waiter's liveness deadline (now + waiter timeout), refreshed by its
+-- heartbeat (X2). A queued owner with an "alive" entry is judged by it;
+-- one without (a Redisson waiter) by its Redisson deadline.
+--
 -- Time comes from the server (X1): every "now" below is Redis' own clock in
 -- milliseconds, never a client's.
 local function server_now()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- purge removes queue heads whose deadline has passed, or that have no
--- deadline at all (B5). Only the run of dead heads is visited, never the
--- whole queue (X8). Returns the number removed.
-local function purge(queue, timeouts, now)
-  local removed = 0
-  while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-      break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-      break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    removed = removed + 1
-  end
-  return removed
 end
 
 -- notify publishes the unlock message "0" on an owner's channel with each
@@ -45,4 +33,40 @@ local function wake_head(queue, channel_prefix, publish)
     notify(publish, channel_prefix, head)
   end
   return head
+end
+
+-- is_dead reports whether a queued owner's deadline has passed (or it has
+-- none at all).
+local function is_dead(timeouts, alive, owner, now)
+  local deadline = redis.call('zscore', alive, owner)
+  if not deadline then
+    deadline = redis.call('zscore', timeouts, owner)
+  end
+  return (not deadline) or tonumber(deadline) <= now
+end
+
+-- purge removes queue heads that are dead (B5). Only the run of dead heads
+-- is visited, never the whole queue (X8). When the head changed, the new
+-- head is woken (X3) - unless it is the caller, me, which is running
+-- already - so it starts waiting no longer than the lease left. Returns
+-- the number removed.
+local function purge(queue, timeouts, alive, now, channel_prefix, publish, me)
+  local removed = 0
+  while true do
+    local head = redis.call('lindex', queue, 0)
+    if (not head) or not is_dead(timeouts, alive, head, now) then
+      break
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    redis.call('zrem', alive, head)
+    removed = removed + 1
+  end
+  if removed > 0 then
+    local head = redis.call('lindex', queue, 0)
+    if head and head ~= me then
+      notify(publish, channel_prefix, head)
+    end
+  end
+  return removed
 end

@@ -4,6 +4,7 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- KEYS[4] unlock latch "redisson_unlock_latch:{name}:<requestID>"
+-- KEYS[5] alive
 -- ARGV[1] owner field
 -- ARGV[2] lease in ms, restored while holds remain
 -- ARGV[3] channel prefix
@@ -19,7 +20,7 @@ local done = redis.call('get', KEYS[4])
 if done then
   return tonumber(done)
 end
-purge(KEYS[2], KEYS[3], server_now())
+purge(KEYS[2], KEYS[3], KEYS[5], server_now(), ARGV[3], ARGV[4], ARGV[1])
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return -1
 end

@@ -1,0 +1,492 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// This file is a test-only stand-in for a Java service using Redisson's
+// RedissonFairLock on the same Redis (SPEC X11). It follows the upstream
+// behaviour described in REDISSON.md literally, defects included - its own
+// Lua scripts, the client's clock as "now", the 300 s waiter slack, the
+// O(N) score fix-ups, the 0-or-negative wait hints - so that the mixed
+// cases test fairlock against what a real Redisson client does, not
+// against fairlock's idea of it. It runs through backend.Backend, so it
+// works on every adapter. Not modelled: the watchdog (every acquire here
+// takes an explicit lease), replica sync, sharded pub/sub on clusters.
+
+// redissonSlack is Redisson's fairLockWaitTimeout default (300 000 ms),
+// the "wait" of a lock() call.
+const redissonSlack = 300 * time.Second
+
+// redissonMessageWaitBound bounds the waits upstream leaves unbounded: in
+// lock(), a negative ttl makes Redisson wait for a message with no timeout
+// (#5503). A test must not hang, so the model waits at most this long and
+// then re-runs the acquire script, as a spurious wake-up would. It is far
+// beyond every bound the cases check (slack, eventually), so a lost
+// wake-up still shows as a failed case, not as a slow pass.
+const redissonMessageWaitBound = time.Minute
+
+// redissonLatchTTL is how long an unlock request's result is kept.
+const redissonLatchTTL = 30 * time.Second
+
+// redissonPurge is the stale-head purge every upstream script starts with:
+// while the head's score is <= now (the caller's clock, ARGV), drop it from
+// zset and list. A head without a score stays. Nothing is published.
+const redissonPurge = `
+local function purge(queue, timeouts, now)
+  while true do
+    local first = redis.call('lindex', queue, 0)
+    if first == false then
+      break
+    end
+    local timeout = redis.call('zscore', timeouts, first)
+    if timeout ~= false and tonumber(timeout) <= now then
+      redis.call('zrem', timeouts, first)
+      redis.call('lpop', queue)
+    else
+      break
+    end
+  end
+end
+`
+
+// redissonTake is the acquire/re-enter part shared by scripts 1 and 2:
+// take a free lock when the queue is empty or I am its head - popping me
+// and subtracting my wait from every other waiter's score (the O(N) loop)
+// - or re-enter a lock I hold. KEYS[1..3] hash, queue, timeouts; ARGV[1]
+// lease ms, ARGV[2] me, ARGV[3] wait ms.
+const redissonTake = `
+if redis.call('exists', KEYS[1]) == 0
+    and (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], ARGV[2])
+  local keys = redis.call('zrange', KEYS[3], 0, -1)
+  for i = 1, #keys, 1 do
+    redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i])
+  end
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+`
+
+var (
+	// Script 1, try once (barging tryLock()): nil when held, else 1; never
+	// enqueues. KEYS hash, queue, timeouts; ARGV lease, me, wait, now.
+	redissonTryOnce = backend.NewScript("redisson_try_once", redissonPurge+`
+purge(KEYS[2], KEYS[3], tonumber(ARGV[4]))
+`+redissonTake+`
+return 1
+`)
+
+	// Script 2, acquire or enqueue (lock(), tryLock(wait, lease)): nil when
+	// held; when already queued, max(0, PTTL) with the score untouched;
+	// else enqueue at the tail with score ttl + wait + now, where ttl is
+	// the last waiter's score - now, or the lock's PTTL when there is no
+	// last waiter with a score, and return ttl (may be negative).
+	// KEYS hash, queue, timeouts; ARGV lease, me, wait, now.
+	redissonAcquire = backend.NewScript("redisson_acquire", redissonPurge+`
+purge(KEYS[2], KEYS[3], tonumber(ARGV[4]))
+`+redissonTake+`
+if redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+  local ttl = redis.call('pttl', KEYS[1])
+  return math.max(0, ttl)
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false and last ~= ARGV[2] and redis.call('zscore', KEYS[3], last) ~= false then
+  ttl = tonumber(redis.call('zscore', KEYS[3], last)) - tonumber(ARGV[4])
+else
+  ttl = redis.call('pttl', KEYS[1])
+end
+local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4])
+if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+return ttl
+`)
+
+	// Script 3, unlock. KEYS hash, queue, timeouts, channel base, latch;
+	// ARGV message "0", lease, me, now, latch ms, publish command.
+	// Returns 1 released (also when the hash is absent, for anyone), 0
+	// still held, nil not a holder.
+	redissonUnlock = backend.NewScript("redisson_unlock", redissonPurge+`
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+  return tonumber(done)
+end
+purge(KEYS[2], KEYS[3], tonumber(ARGV[4]))
+if redis.call('exists', KEYS[1]) == 0 then
+  local nextThreadId = redis.call('lindex', KEYS[2], 0)
+  if nextThreadId ~= false then
+    redis.call(ARGV[6], KEYS[4] .. ':' .. nextThreadId, ARGV[1])
+  end
+  redis.call('set', KEYS[5], 1, 'px', ARGV[5])
+  return 1
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+  return nil
+end
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if counter > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('set', KEYS[5], 0, 'px', ARGV[5])
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call('set', KEYS[5], 1, 'px', ARGV[5])
+local nextThreadId = redis.call('lindex', KEYS[2], 0)
+if nextThreadId ~= false then
+  redis.call(ARGV[6], KEYS[4] .. ':' .. nextThreadId, ARGV[1])
+end
+return 1
+`)
+
+	// Script 4, force unlock. KEYS hash, queue, timeouts, channel base;
+	// ARGV message, now, publish command. 1 when a hash was deleted.
+	redissonForceUnlock = backend.NewScript("redisson_force_unlock", redissonPurge+`
+purge(KEYS[2], KEYS[3], tonumber(ARGV[2]))
+if redis.call('del', KEYS[1]) == 1 then
+  local nextThreadId = redis.call('lindex', KEYS[2], 0)
+  if nextThreadId ~= false then
+    redis.call(ARGV[3], KEYS[4] .. ':' .. nextThreadId, ARGV[1])
+  end
+  return 1
+end
+return 0
+`)
+
+	// Script 5, leave the queue after tryLock gave up: subtract my wait
+	// from every waiter after me (the O(N) fix-up), then drop me. Publishes
+	// nothing. KEYS queue, timeouts; ARGV me, wait.
+	redissonLeave = backend.NewScript("redisson_leave", `
+local queue = redis.call('lrange', KEYS[1], 0, -1)
+local i = 1
+while i <= #queue and queue[i] ~= ARGV[1] do
+  i = i + 1
+end
+i = i + 1
+while i <= #queue do
+  redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])
+  i = i + 1
+end
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('lrem', KEYS[1], 0, ARGV[1])
+return nil
+`)
+
+	// Script 6, delete: the hash, queue and zset. Returns keys removed.
+	redissonDelete = backend.NewScript("redisson_delete",
+		`return redis.call('del', KEYS[1], KEYS[2], KEYS[3])`)
+
+	// Reads: EXISTS, HGET (hold count; HEXISTS is HGET ~= nil), PTTL.
+	redissonRead = backend.NewScript("redisson_read", `
+return {redis.call('exists', KEYS[1]), redis.call('hget', KEYS[1], ARGV[1]) or 0, redis.call('pttl', KEYS[1])}`)
+)
+
+// errRedissonNotHeld is Java's IllegalMonitorStateException from unlock.
+var errRedissonNotHeld = errors.New("redisson: attempt to unlock lock, not locked by current thread")
+
+// redissonClient is one Redisson client instance: one UUID, one backend.
+type redissonClient struct {
+	b       backend.Backend
+	id      string
+	slack   time.Duration // fairLockWaitTimeout
+	publish string
+
+	mu    sync.Mutex
+	calls map[string]int // script calls by name
+}
+
+// redissonOption configures a redissonClient.
+type redissonOption func(*redissonClient)
+
+// withRedissonSlack sets fairLockWaitTimeout (default 300 s).
+func withRedissonSlack(d time.Duration) redissonOption {
+	return func(c *redissonClient) { c.slack = d }
+}
+
+// newRedisson returns a Redisson model client on a new backend of the
+// server under test.
+func (s *suite) newRedisson(t *testing.T, opts ...redissonOption) *redissonClient {
+	t.Helper()
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	c := &redissonClient{
+		b:       s.newBackend(t),
+		id:      h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32],
+		slack:   redissonSlack,
+		publish: "publish",
+		calls:   map[string]int{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+func (c *redissonClient) eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	c.mu.Lock()
+	c.calls[s.Name]++
+	c.mu.Unlock()
+	return c.b.Eval(ctx, s, keys, args)
+}
+
+func (c *redissonClient) count(script string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[script]
+}
+
+// redissonPrefixName is Redisson's prefixName.
+func redissonPrefixName(p, name string) string {
+	if strings.Contains(name, "{") {
+		return p + ":" + name
+	}
+	return p + ":{" + name + "}"
+}
+
+// redissonLock is getFairLock(name) as seen from one Java thread: the
+// owner field is "<uuid>:<threadId>". Like a Java thread, one handle is
+// used by one goroutine at a time.
+type redissonLock struct {
+	c       *redissonClient
+	name    string
+	field   string
+	keys    []string // hash, queue, timeouts
+	channel string   // channel base; this thread's channel is channel + ":" + field
+	latch   string   // latch base; a request's latch is latch + ":" + requestId
+
+	lease time.Duration // internalLockLeaseTime: the lease of the latest acquire
+}
+
+func (c *redissonClient) lock(name string, threadID int64) *redissonLock {
+	return &redissonLock{
+		c:     c,
+		name:  name,
+		field: c.id + ":" + strconv.FormatInt(threadID, 10),
+		keys: []string{name,
+			redissonPrefixName("redisson_lock_queue", name),
+			redissonPrefixName("redisson_lock_timeout", name)},
+		channel: redissonPrefixName("redisson_lock__channel", name),
+		latch:   redissonPrefixName("redisson_unlock_latch", name),
+		lease:   30 * time.Second,
+	}
+}
+
+func redissonNow() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
+
+func redissonMs(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// acquireScript runs script 1 or 2: held (nil reply) or the ttl it returned.
+func (l *redissonLock) acquireScript(ctx context.Context, s *backend.Script, wait, lease time.Duration) (held bool, ttl int64, err error) {
+	rep, err := l.c.eval(ctx, s, l.keys, []string{redissonMs(lease), l.field, redissonMs(wait), redissonNow()})
+	if err != nil {
+		return false, 0, err
+	}
+	if rep.Kind == backend.Nil {
+		l.lease = lease
+		return true, 0, nil
+	}
+	n, err := rep.AsInt()
+	if err != nil {
+		return false, 0, fmt.Errorf("redisson %s: %w", s.Name, err)
+	}
+	return false, n, nil
+}
+
+// tryAcquire is RedissonFairLock's tryLockInnerAsync with script 2: wait
+// is the caller's waitTime when > 0, else the slack.
+func (l *redissonLock) tryAcquire(ctx context.Context, waitTime, lease time.Duration) (bool, int64, error) {
+	wait := l.c.slack
+	if waitTime > 0 {
+		wait = waitTime
+	}
+	return l.acquireScript(ctx, redissonAcquire, wait, lease)
+}
+
+// tryLockOnce is tryLock() without arguments: one attempt, never queues.
+func (l *redissonLock) tryLockOnce(ctx context.Context, lease time.Duration) (bool, error) {
+	held, _, err := l.acquireScript(ctx, redissonTryOnce, l.c.slack, lease)
+	return held, err
+}
+
+// lockWithLease is lock(leaseTime): run script 2, subscribe, then loop:
+// run script 2, wait for a message at most ttl (ttl < 0: no bound
+// upstream; here redissonMessageWaitBound). Like a Java interrupt, ctx
+// ending returns its error without leaving the queue (upstream does not
+// run script 5 then).
+func (l *redissonLock) lockWithLease(ctx context.Context, lease time.Duration) error {
+	held, _, err := l.tryAcquire(ctx, -1, lease)
+	if err != nil || held {
+		return err
+	}
+	sub, err := l.c.b.Subscribe(ctx, l.channel+":"+l.field)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	for {
+		held, ttl, err := l.tryAcquire(ctx, -1, lease)
+		if err != nil || held {
+			return err
+		}
+		d := redissonMessageWaitBound
+		if ttl >= 0 {
+			d = time.Duration(ttl) * time.Millisecond
+		}
+		if err := l.waitMessage(ctx, sub, d); err != nil {
+			return err
+		}
+	}
+}
+
+// waitMessage is the latch's tryAcquire(d): it returns at a message or
+// after d (at once for d <= 0, which makes upstream's 0 hint a spin).
+func (l *redissonLock) waitMessage(ctx context.Context, sub *backend.Subscription, d time.Duration) error {
+	if d <= 0 {
+		select {
+		case <-sub.Events():
+		default:
+		}
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-sub.Events():
+	case <-tm.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// tryLock is tryLock(waitTime, leaseTime): as lock, but every step checks
+// the budget left and, when it is spent, runs script 5 and gives up.
+func (l *redissonLock) tryLock(ctx context.Context, waitTime, lease time.Duration) (bool, error) {
+	left := waitTime
+	start := time.Now()
+	spent := func() bool {
+		left = waitTime - time.Since(start)
+		return left <= 0
+	}
+	held, _, err := l.tryAcquire(ctx, waitTime, lease)
+	if err != nil || held {
+		return held, err
+	}
+	giveUp := func() (bool, error) {
+		_, err := l.c.eval(ctx, redissonLeave, l.keys[1:], []string{l.field, redissonMs(waitTime)})
+		return false, err
+	}
+	if spent() {
+		return giveUp()
+	}
+	sctx, cancel := context.WithTimeout(ctx, left)
+	sub, err := l.c.b.Subscribe(sctx, l.channel+":"+l.field)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return giveUp() // subscribing took the whole budget
+	}
+	defer sub.Close()
+	if spent() {
+		return giveUp()
+	}
+	for {
+		held, ttl, err := l.tryAcquire(ctx, waitTime, lease)
+		if err != nil || held {
+			return held, err
+		}
+		if spent() {
+			return giveUp()
+		}
+		d := left
+		if ttl >= 0 && time.Duration(ttl)*time.Millisecond < left {
+			d = time.Duration(ttl) * time.Millisecond
+		}
+		if err := l.waitMessage(ctx, sub, d); err != nil {
+			return false, err
+		}
+		if spent() {
+			return giveUp()
+		}
+	}
+}
+
+// unlock is unlock(): errRedissonNotHeld when this thread holds nothing
+// (and the hash exists - upstream reports success on a free lock).
+func (l *redissonLock) unlock(ctx context.Context) error {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	keys := append(append([]string{}, l.keys...), l.channel, l.latch+":"+hex.EncodeToString(id[:]))
+	rep, err := l.c.eval(ctx, redissonUnlock, keys,
+		[]string{"0", redissonMs(l.lease), l.field, redissonNow(), redissonMs(redissonLatchTTL), l.c.publish})
+	if err != nil {
+		return err
+	}
+	if rep.Kind == backend.Nil {
+		return fmt.Errorf("%w (lock %s, thread %s)", errRedissonNotHeld, l.name, l.field)
+	}
+	return nil
+}
+
+// forceUnlock is forceUnlock(): whether a hash was deleted.
+func (l *redissonLock) forceUnlock(ctx context.Context) (bool, error) {
+	rep, err := l.c.eval(ctx, redissonForceUnlock, append(append([]string{}, l.keys...), l.channel),
+		[]string{"0", redissonNow(), l.c.publish})
+	if err != nil {
+		return false, err
+	}
+	return rep.Int == 1, nil
+}
+
+// delete is delete(): removes hash, queue and zset.
+func (l *redissonLock) delete(ctx context.Context) error {
+	_, err := l.c.eval(ctx, redissonDelete, l.keys, nil)
+	return err
+}
+
+// redissonState is what Redisson's reads return.
+type redissonState struct {
+	locked    bool  // isLocked: EXISTS
+	holdCount int64 // getHoldCount: HGET of this thread's field
+	pttl      int64 // remainTimeToLive: PTTL
+}
+
+func (l *redissonLock) read(ctx context.Context) (redissonState, error) {
+	rep, err := l.c.eval(ctx, redissonRead, l.keys[:1], []string{l.field})
+	if err != nil {
+		return redissonState{}, err
+	}
+	v, err := rep.AsInts()
+	if err != nil || len(v) != 3 {
+		return redissonState{}, fmt.Errorf("redisson read: %v %v", rep, err)
+	}
+	return redissonState{locked: v[0] == 1, holdCount: v[1], pttl: v[2]}, nil
+}
