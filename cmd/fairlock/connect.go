@@ -246,8 +246,8 @@ func (ep *endpoint) Close() {
 }
 
 // lockKeys returns the Redis keys of the lock whose full name (key prefix
-// included) is name: the hash, queue, timeouts and token counter, by
-// Redisson's naming rule (SPEC keyspace).
+// included) is name: the hash, queue, Redisson timeouts, fairlock liveness
+// zset and token counter, by Redisson's naming rule (SPEC keyspace).
 func lockKeys(name string) []string {
 	tag := "{" + name + "}"
 	if strings.Contains(name, "{") {
@@ -257,6 +257,7 @@ func lockKeys(name string) []string {
 		name,
 		"redisson_lock_queue:" + tag,
 		"redisson_lock_timeout:" + tag,
+		"fairlock_lock_alive:" + tag,
 		"redisson_lock_token:" + tag,
 	}
 }
