@@ -7,7 +7,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		srv := redistest.Start(t) // or any Redis 7 you control
-//		conformance.Run(t, func(t *testing.T) backend.Backend {
+//		conformance.Run(t, func(t testing.TB) backend.Backend {
 //			b := mybackend.New(mybackend.Dial(srv.Addr()))
 //			t.Cleanup(func() { b.Close() })
 //			return b
@@ -32,8 +32,9 @@ import (
 	"github.com/fairlock/fairlock/backend"
 )
 
-// Factory returns a new backend connected to the server under test.
-type Factory func(t *testing.T) backend.Backend
+// Factory returns a new backend connected to the server under test; it
+// registers the backend's closing with tb.Cleanup.
+type Factory func(tb testing.TB) backend.Backend
 
 // Server controls the Redis server under test, for the fault cases.
 // *redistest.Server implements it.

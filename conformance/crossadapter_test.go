@@ -19,7 +19,7 @@ var crossSeeds = []int64{1, 2, 3, 4, 5}
 const crossSteps = 200
 
 func rueidisFactory(addr string) conformance.Factory {
-	return func(t *testing.T) backend.Backend {
+	return func(t testing.TB) backend.Backend {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
 			t.Fatalf("rueidis.NewClient: %v", err)
@@ -34,7 +34,7 @@ func rueidisFactory(addr string) conformance.Factory {
 }
 
 func valkeyFactory(addr string) conformance.Factory {
-	return func(t *testing.T) backend.Backend {
+	return func(t testing.TB) backend.Backend {
 		vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
 			t.Fatalf("valkey.NewClient: %v", err)

@@ -10,10 +10,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-func newFactory(srv *redistest.Server, opt rueidis.ClientOption) conformance.Factory {
-	return func(t *testing.T) backend.Backend {
-		opt := opt
-		opt.InitAddress = []string{srv.Addr()}
+// factory returns backends on new rueidis clients built from opt.
+func factory(opt rueidis.ClientOption) conformance.Factory {
+	return func(t testing.TB) backend.Backend {
 		rc, err := rueidis.NewClient(opt)
 		if err != nil {
 			t.Fatalf("rueidis.NewClient: %v", err)
@@ -27,17 +26,21 @@ func newFactory(srv *redistest.Server, opt rueidis.ClientOption) conformance.Fac
 	}
 }
 
+// TestConformance runs the suite on a standalone server with a replica,
+// with the fault and replica cases.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
-	conformance.Run(t, newFactory(srv, rueidis.ClientOption{}), conformance.WithServer(srv), conformance.WithReplica(replica))
+	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}),
+		conformance.WithServer(srv), conformance.WithReplica(replica))
 }
 
 // TestConformanceDisableCache covers servers without client-side caching
 // (CLIENT TRACKING), as the adapter documents.
 func TestConformanceDisableCache(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance.Run(t, newFactory(srv, rueidis.ClientOption{DisableCache: true}), conformance.WithServer(srv))
+	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true}),
+		conformance.WithServer(srv))
 }
 
 // TestConformanceCluster runs the suite on a three-primary Redis Cluster
@@ -45,18 +48,7 @@ func TestConformanceDisableCache(t *testing.T) {
 // wake-ups published on one node reach the subscription on another.
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	conformance.Run(t, func(t *testing.T) backend.Backend {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Addrs()})
-		if err != nil {
-			t.Fatalf("rueidis.NewClient: %v", err)
-		}
-		b := rueidisbackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	})
+	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: cluster.Addrs()}))
 }
 
 // TestConformanceSentinel runs the suite through rueidis' sentinel client:
@@ -65,19 +57,14 @@ func TestConformanceSentinel(t *testing.T) {
 	primary := redistest.Start(t)
 	redistest.StartReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "fairlock")
-	conformance.Run(t, func(t *testing.T) backend.Backend {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress: []string{sentinel.Addr()},
-			Sentinel:    rueidis.SentinelOption{MasterSet: "fairlock"},
-		})
-		if err != nil {
-			t.Fatalf("rueidis.NewClient (sentinel): %v", err)
-		}
-		b := rueidisbackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	})
+	conformance.Run(t, factory(rueidis.ClientOption{
+		InitAddress: []string{sentinel.Addr()},
+		Sentinel:    rueidis.SentinelOption{MasterSet: "fairlock"},
+	}))
+}
+
+// BenchmarkLock runs conformance.Benchmark against a local redis-server.
+func BenchmarkLock(b *testing.B) {
+	srv := redistest.Start(b)
+	conformance.Benchmark(b, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
 }

@@ -10,10 +10,9 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-func newFactory(srv *redistest.Server, opt valkey.ClientOption) conformance.Factory {
-	return func(t *testing.T) backend.Backend {
-		opt := opt
-		opt.InitAddress = []string{srv.Addr()}
+// factory returns backends on new rueidis clients built from opt.
+func factory(opt valkey.ClientOption) conformance.Factory {
+	return func(t testing.TB) backend.Backend {
 		rc, err := valkey.NewClient(opt)
 		if err != nil {
 			t.Fatalf("valkey.NewClient: %v", err)
@@ -27,10 +26,13 @@ func newFactory(srv *redistest.Server, opt valkey.ClientOption) conformance.Fact
 	}
 }
 
+// TestConformance runs the suite on a standalone server with a replica,
+// with the fault and replica cases.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
-	conformance.Run(t, newFactory(srv, valkey.ClientOption{}), conformance.WithServer(srv), conformance.WithReplica(replica))
+	conformance.Run(t, factory(valkey.ClientOption{InitAddress: []string{srv.Addr()}}),
+		conformance.WithServer(srv), conformance.WithReplica(replica))
 }
 
 // TestConformanceCluster runs the suite on a three-primary Redis Cluster
@@ -38,18 +40,7 @@ func TestConformance(t *testing.T) {
 // wake-ups published on one node reach the subscription on another.
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	conformance.Run(t, func(t *testing.T) backend.Backend {
-		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: cluster.Addrs()})
-		if err != nil {
-			t.Fatalf("valkey.NewClient: %v", err)
-		}
-		b := valkeybackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	})
+	conformance.Run(t, factory(valkey.ClientOption{InitAddress: cluster.Addrs()}))
 }
 
 // TestConformanceSentinel runs the suite through valkey-go' sentinel client:
@@ -58,19 +49,14 @@ func TestConformanceSentinel(t *testing.T) {
 	primary := redistest.Start(t)
 	redistest.StartReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "fairlock")
-	conformance.Run(t, func(t *testing.T) backend.Backend {
-		rc, err := valkey.NewClient(valkey.ClientOption{
-			InitAddress: []string{sentinel.Addr()},
-			Sentinel:    valkey.SentinelOption{MasterSet: "fairlock"},
-		})
-		if err != nil {
-			t.Fatalf("valkey.NewClient (sentinel): %v", err)
-		}
-		b := valkeybackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	})
+	conformance.Run(t, factory(valkey.ClientOption{
+		InitAddress: []string{sentinel.Addr()},
+		Sentinel:    valkey.SentinelOption{MasterSet: "fairlock"},
+	}))
+}
+
+// BenchmarkLock runs conformance.Benchmark against a local redis-server.
+func BenchmarkLock(b *testing.B) {
+	srv := redistest.Start(b)
+	conformance.Benchmark(b, factory(valkey.ClientOption{InitAddress: []string{srv.Addr()}}))
 }
