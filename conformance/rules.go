@@ -49,7 +49,7 @@ func ruleCases() []testCase {
 		{"X7_LostLockIsSignalled", testX7LostLock},
 		{"X7_ForceUnlockedHolderIsTold", testX7ForceUnlocked},
 		{"X10_BadInputTouchesNothing", testX10BadInput},
-		{"ManyOwnersEachAcquireOnce", testManyOwners},
+		{"P2_500OwnersEachAcquireOnce", testManyOwners},
 		{"X11_ShardedPublishStillWakesWaiters", testShardedPublish},
 	}
 }
@@ -914,7 +914,7 @@ func testX10BadInput(t *testing.T, s *suite) {
 }
 
 func testManyOwners(t *testing.T, s *suite) {
-	n := 100 * s.cfg.scale
+	n := 500 * s.cfg.scale
 	name := lockName(t)
 	procs := make([]*proc, 4)
 	for i := range procs {
