@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -126,38 +127,14 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Subscription, err
 	if h.closed {
 		return nil, ErrClosed
 	}
-	if err := h.connectLocked(ctx); err != nil {
-		return nil, err
-	}
 	s := &Subscription{channel: channel, events: make(chan Event, 1), hub: h}
-	h.mu.Lock()
-	set := h.subs[channel]
-	first := set == nil
-	if first {
-		set = make(map[*Subscription]struct{})
-		h.subs[channel] = set
+	// Registered first, so a re-dial subscribes this channel too.
+	if !h.add(h.subs, s) {
+		return s, nil
 	}
-	set[s] = struct{}{}
-	h.mu.Unlock()
-	if first {
-		err := h.conn.Subscribe(ctx, channel)
-		if err != nil && ctx.Err() == nil {
-			// The connection may have died without telling us yet (the
-			// server restarted): replace it once. connectLocked
-			// subscribes every channel, this one included.
-			h.conn.Close()
-			h.conn = nil
-			err = h.connectLocked(ctx)
-		}
-		if err != nil {
-			h.mu.Lock()
-			delete(set, s)
-			if len(set) == 0 {
-				delete(h.subs, channel)
-			}
-			h.mu.Unlock()
-			return nil, fmt.Errorf("subscribe %q: %w", channel, err)
-		}
+	if err := h.onConn(ctx, func(c PubSubConn) error { return c.Subscribe(ctx, channel) }); err != nil {
+		h.drop(h.subs, s)
+		return nil, fmt.Errorf("subscribe %q: %w", channel, err)
 	}
 	return s, nil
 }
@@ -170,24 +147,21 @@ func (h *Hub) WatchKey(ctx context.Context, key string) (*Subscription, error) {
 	if h.closed {
 		return nil, ErrClosed
 	}
-	if err := h.connectLocked(ctx); err != nil {
-		return nil, err
-	}
-	tracker, ok := h.conn.(KeyTracker)
-	if !ok {
-		return nil, ErrNotSupported
-	}
 	s := &Subscription{channel: key, key: true, events: make(chan Event, 1), hub: h}
-	h.mu.Lock()
-	if h.keys[key] == nil {
-		h.keys[key] = make(map[*Subscription]struct{})
-	}
-	h.keys[key][s] = struct{}{}
-	h.mu.Unlock()
 	// Registered before tracking starts, so no invalidation slips past.
-	exists, err := tracker.Track(ctx, key)
+	h.add(h.keys, s)
+	var exists bool
+	err := h.onConn(ctx, func(c PubSubConn) error {
+		tracker, ok := c.(KeyTracker)
+		if !ok {
+			return ErrNotSupported
+		}
+		var err error
+		exists, err = tracker.Track(ctx, key)
+		return err
+	})
 	if err != nil {
-		h.dropKeyWatch(s)
+		h.drop(h.keys, s)
 		return nil, err
 	}
 	if !exists {
@@ -196,14 +170,58 @@ func (h *Hub) WatchKey(ctx context.Context, key string) (*Subscription, error) {
 	return s, nil
 }
 
-func (h *Hub) dropKeyWatch(s *Subscription) {
+// onConn runs do on the connection, dialing one first if needed. When do
+// fails for another reason than ctx or ErrNotSupported, the connection may
+// have died without telling us yet (the server restarted): it is replaced
+// once - the new one subscribes every channel - and do runs again. The
+// caller holds h.wire.
+func (h *Hub) onConn(ctx context.Context, do func(PubSubConn) error) error {
+	if h.closed {
+		return ErrClosed
+	}
+	if err := h.connectLocked(ctx); err != nil {
+		return err
+	}
+	err := do(h.conn)
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNotSupported) {
+		return err
+	}
+	h.conn.Close()
+	h.conn = nil
+	if err := h.connectLocked(ctx); err != nil {
+		return err
+	}
+	return do(h.conn)
+}
+
+// add puts s in set m under its name and reports whether it is the first
+// there.
+func (h *Hub) add(m map[string]map[*Subscription]struct{}, s *Subscription) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.keys[s.channel]
-	delete(set, s)
-	if len(set) == 0 {
-		delete(h.keys, s.channel)
+	set := m[s.channel]
+	if set == nil {
+		set = make(map[*Subscription]struct{})
+		m[s.channel] = set
 	}
+	set[s] = struct{}{}
+	return len(set) == 1
+}
+
+// drop takes s out of set m and reports whether it was the last there.
+func (h *Hub) drop(m map[string]map[*Subscription]struct{}, s *Subscription) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set, ok := m[s.channel]
+	if !ok {
+		return false
+	}
+	delete(set, s)
+	if len(set) > 0 {
+		return false
+	}
+	delete(m, s.channel)
+	return true
 }
 
 // Invalidate implements Sink: it wakes the watches of keys (all of them
@@ -212,13 +230,9 @@ func (h *Hub) Invalidate(keys []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if keys == nil {
-		for k, set := range h.keys {
-			for s := range set {
-				s.offer(Event{})
-			}
-			delete(h.keys, k)
+		for k := range h.keys {
+			keys = append(keys, k)
 		}
-		return
 	}
 	for _, k := range keys {
 		for s := range h.keys[k] {
@@ -230,20 +244,12 @@ func (h *Hub) Invalidate(keys []string) {
 
 func (h *Hub) remove(s *Subscription) {
 	if s.key {
-		h.dropKeyWatch(s)
+		h.drop(h.keys, s)
 		return
 	}
 	h.wire.Lock()
 	defer h.wire.Unlock()
-	h.mu.Lock()
-	set := h.subs[s.channel]
-	delete(set, s)
-	last := set != nil && len(set) == 0
-	if last {
-		delete(h.subs, s.channel)
-	}
-	h.mu.Unlock()
-	if last && h.conn != nil {
+	if h.drop(h.subs, s) && h.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 		// An error means the connection is going away; the re-subscribe
 		// after reconnecting uses the current channel set, without this one.
