@@ -166,12 +166,23 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	if op == OpTryLockOnce {
 		return nil, m.errorf(ErrNotAcquired)
 	}
-	if r.position > 0 {
-		result.Position = r.position
-		if tr != nil {
-			tr.Queued(r.position)
+	// queued records the first queue position (again after being dropped
+	// as dead and re-queued); woke counts a wake-up.
+	queued := func(position int) {
+		if position > 0 && result.Position == 0 {
+			result.Position = position
+			if tr != nil {
+				tr.Queued(position)
+			}
 		}
 	}
+	woke := func(e backend.Event) {
+		result.Wakeups++
+		if tr != nil {
+			tr.Woken(e.Reconnect)
+		}
+	}
+	queued(r.position)
 
 	// Queued. Subscribe to this owner's channel, then check again: an
 	// unlock between the first attempt and the subscription is not missed.
@@ -199,12 +210,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 			h, err = grant(r, sent)
 			return h, err
 		}
-		if r.position > 0 && result.Position == 0 { // re-queued after being dropped
-			result.Position = r.position
-			if tr != nil {
-				tr.Queued(r.position)
-			}
-		}
+		queued(r.position)
 		if r.head {
 			watch.arm(ctx, m)
 		}
@@ -214,16 +220,10 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		timer.Reset(max(time.Duration(r.hintMs)*time.Millisecond, time.Millisecond))
 		select {
 		case e := <-sub.Events():
-			result.Wakeups++
-			if tr != nil {
-				tr.Woken(e.Reconnect)
-			}
+			woke(e)
 		case e := <-watch.events():
 			watch.stop() // fired: arm again if still the head
-			result.Wakeups++
-			if tr != nil {
-				tr.Woken(e.Reconnect)
-			}
+			woke(e)
 		case <-timer.C:
 		case <-ctx.Done():
 			m.abandon(ctx, nil)
@@ -494,19 +494,8 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 			tr.End(res)
 		}()
 	}
-	prev := m.current()
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.forceUnlock,
-		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.alive},
-		[]string{m.keys.channel, m.c.cfg.publish})
-	if err != nil {
-		return false, m.errorf(err)
-	}
-	n, err := rep.AsInt()
-	if err != nil {
-		return false, m.errorf(err)
-	}
-	m.dropLocalHold(prev, "force-unlocked")
-	return n == 1, nil
+	n, err := m.evict(ctx, m.c.scripts.forceUnlock, "force-unlocked")
+	return n == 1, err
 }
 
 // Delete removes the lock's state - the lock hash, queue and timeouts -
@@ -517,35 +506,32 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
 	}
-	prev := m.current()
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.delete,
+	n, err := m.evict(ctx, m.c.scripts.delete, "deleted")
+	return n > 0, err
+}
+
+// evict runs ForceUnlock's or Delete's script (same keys and arguments)
+// and returns its count. The hold this Mutex had when the call was sent
+// ends as lost; a hold granted while the call was in flight (the call
+// woke this very owner) is a new one and stays.
+func (m *Mutex) evict(ctx context.Context, script *backend.Script, how string) (int64, error) {
+	m.mu.Lock()
+	prev := m.hold
+	m.mu.Unlock()
+	rep, err := m.c.b.Eval(ctx, script,
 		[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.alive},
 		[]string{m.keys.channel, m.c.cfg.publish})
 	if err != nil {
-		return false, m.errorf(err)
+		return 0, m.errorf(err)
 	}
 	n, err := rep.AsInt()
 	if err != nil {
-		return false, m.errorf(err)
+		return 0, m.errorf(err)
 	}
-	m.dropLocalHold(prev, "deleted")
-	return n > 0, nil
-}
-
-// current returns this Mutex's hold, or nil.
-func (m *Mutex) current() *Hold {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.hold
-}
-
-// dropLocalHold ends h, the hold this Mutex had when a ForceUnlock or
-// Delete was sent, as lost. A hold granted while that call was in flight
-// (the call woke this very owner) is a new one and stays.
-func (m *Mutex) dropLocalHold(h *Hold, how string) {
-	if h != nil {
-		m.lose(h, fmt.Errorf("%w: lock %s", ErrLockLost, how))
+	if prev != nil {
+		m.lose(prev, fmt.Errorf("%w: lock %s", ErrLockLost, how))
 	}
+	return n, nil
 }
 
 func (m *Mutex) checkCall(ctx context.Context) error {
