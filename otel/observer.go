@@ -224,7 +224,13 @@ func failingOption[C any](_ func(*C) error, err error) func(*C) error {
 // as a child of the span in ctx and returns ctx carrying it, so the Redis
 // commands of the acquire nest under it.
 func (o *Observer) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
-	ctx, span := o.tracer.Start(ctx, spanAcquire)
+	ctx, span := o.startSpan(ctx, spanAcquire, c)
+	return ctx, &acquireTracker{o: o, ctx: ctx, span: span, call: c}
+}
+
+// startSpan starts a span for call c as a child of the span in ctx.
+func (o *Observer) startSpan(ctx context.Context, name string, c lock.Call) (context.Context, trace.Span) {
+	ctx, span := o.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(
 			keyLockName.String(c.Name),
@@ -232,7 +238,7 @@ func (o *Observer) StartAcquire(ctx context.Context, c lock.Call) (context.Conte
 			keyOperation.String(string(c.Op)),
 		)
 	}
-	return ctx, &acquireTracker{o: o, ctx: ctx, span: span, call: c}
+	return ctx, span
 }
 
 type acquireTracker struct {
@@ -306,14 +312,7 @@ func (t *acquireTracker) End(r lock.AcquireResult) {
 // StartRelease implements lock.Observer: it starts a fairlock.release span
 // as a child of the span in ctx.
 func (o *Observer) StartRelease(ctx context.Context, c lock.Call) (context.Context, lock.ReleaseTracker) {
-	ctx, span := o.tracer.Start(ctx, spanRelease)
-	if span.IsRecording() {
-		span.SetAttributes(
-			keyLockName.String(c.Name),
-			keyOwner.String(c.Owner.String()),
-			keyOperation.String(string(c.Op)),
-		)
-	}
+	ctx, span := o.startSpan(ctx, spanRelease, c)
 	return ctx, &releaseTracker{o: o, ctx: ctx, span: span, call: c}
 }
 
