@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/fairlock/fairlock/valkeybackend"
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 )
@@ -17,36 +15,6 @@ import (
 var crossSeeds = []int64{1, 2, 3, 4, 5}
 
 const crossSteps = 200
-
-func rueidisFactory(addr string) conformance.Factory {
-	return func(t testing.TB) backend.Backend {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-		if err != nil {
-			t.Fatalf("rueidis.NewClient: %v", err)
-		}
-		b := rueidisbackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	}
-}
-
-func valkeyFactory(addr string) conformance.Factory {
-	return func(t testing.TB) backend.Backend {
-		vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
-		if err != nil {
-			t.Fatalf("valkey.NewClient: %v", err)
-		}
-		b := valkeybackend.New(vc)
-		t.Cleanup(func() {
-			b.Close()
-			vc.Close()
-		})
-		return b
-	}
-}
 
 // TestCrossAdapterTracesMatch runs the seeded differential workload on the
 // rueidis and valkey-go adapters against one server and requires identical
@@ -57,8 +25,8 @@ func TestCrossAdapterTracesMatch(t *testing.T) {
 		name    string
 		factory conformance.Factory
 	}{
-		{"rueidis", rueidisFactory(srv.Addr())},
-		{"valkey-go", valkeyFactory(srv.Addr())},
+		{"rueidis", backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})},
+		{"valkey-go", backendtest.Valkey(valkey.ClientOption{InitAddress: []string{srv.Addr()}})},
 	}
 	for _, seed := range crossSeeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {

@@ -3,35 +3,18 @@ package rueidisbackend_test
 import (
 	"testing"
 
-	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
 )
-
-// factory returns backends on new rueidis clients built from opt.
-func factory(opt rueidis.ClientOption) conformance.Factory {
-	return func(t testing.TB) backend.Backend {
-		rc, err := rueidis.NewClient(opt)
-		if err != nil {
-			t.Fatalf("rueidis.NewClient: %v", err)
-		}
-		b := rueidisbackend.New(rc)
-		t.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
-		return b
-	}
-}
 
 // TestConformance runs the suite on a standalone server with a replica,
 // with the fault and replica cases.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
-	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}),
+	conformance.Run(t, backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}),
 		conformance.WithServer(srv), conformance.WithReplica(replica))
 }
 
@@ -39,7 +22,7 @@ func TestConformance(t *testing.T) {
 // (CLIENT TRACKING), as the adapter documents.
 func TestConformanceDisableCache(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true}),
+	conformance.Run(t, backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true}),
 		conformance.WithServer(srv))
 }
 
@@ -48,7 +31,7 @@ func TestConformanceDisableCache(t *testing.T) {
 // wake-ups published on one node reach the subscription on another.
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	conformance.Run(t, factory(rueidis.ClientOption{InitAddress: cluster.Addrs()}))
+	conformance.Run(t, backendtest.Rueidis(rueidis.ClientOption{InitAddress: cluster.Addrs()}))
 }
 
 // TestConformanceSentinel runs the suite through rueidis' sentinel client:
@@ -57,7 +40,7 @@ func TestConformanceSentinel(t *testing.T) {
 	primary := redistest.Start(t)
 	redistest.StartReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "fairlock")
-	conformance.Run(t, factory(rueidis.ClientOption{
+	conformance.Run(t, backendtest.Rueidis(rueidis.ClientOption{
 		InitAddress: []string{sentinel.Addr()},
 		Sentinel:    rueidis.SentinelOption{MasterSet: "fairlock"},
 	}))
@@ -66,5 +49,5 @@ func TestConformanceSentinel(t *testing.T) {
 // BenchmarkLock runs conformance.Benchmark against a local redis-server.
 func BenchmarkLock(b *testing.B) {
 	srv := redistest.Start(b)
-	conformance.Benchmark(b, factory(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
+	conformance.Benchmark(b, backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
 }
