@@ -214,20 +214,8 @@ func testB4UnlockWakes(t *testing.T, s *suite) {
 	// the unlock's wake-up message can hand the lock over quickly.
 	holder := s.newProc(t).mutex(t, name)
 	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
-	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
-	unlocked := time.Now()
-	mustUnlock(t, holder)
-	r := await(t, ch, eventually, "waiter")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := r.at.Sub(unlocked); d > slack {
-		t.Errorf("hand-over took %v, want a wake-up well under the 20s heartbeat", d)
-	}
+	handOver(t, holder, wp, wp.mutex(t, name), slack, "waiter after unlock", func() { mustUnlock(t, holder) })
 }
 
 func testB4NonHolder(t *testing.T, s *suite) {
@@ -365,24 +353,13 @@ func testB8ForceUnlock(t *testing.T, s *suite) {
 	// away: only the force unlock's wake-up can hand over quickly.
 	holder := s.newProc(t).mutex(t, name)
 	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
-	waiter := wp.mutex(t, name)
 	admin := s.newProc(t).mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
-	waitQueued(t, admin, 1)
-	settled(t, wp)
-	forced := time.Now()
-	ok, err := admin.ForceUnlock(ctxFor(t, eventually))
-	if err != nil || !ok {
-		t.Fatalf("ForceUnlock = %v, %v", ok, err)
-	}
-	r := await(t, ch, eventually, "waiter after force unlock")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := r.at.Sub(forced); d > slack {
-		t.Errorf("waiter took %v after ForceUnlock, want a wake-up", d)
-	}
+	handOver(t, admin, wp, wp.mutex(t, name), slack, "waiter after force unlock", func() {
+		if ok, err := admin.ForceUnlock(ctxFor(t, eventually)); err != nil || !ok {
+			t.Fatalf("ForceUnlock = %v, %v", ok, err)
+		}
+	})
 	if ok, _ := admin.ForceUnlock(ctxFor(t, eventually)); !ok {
 		t.Error("ForceUnlock of the waiter's hold reported nothing removed")
 	}
@@ -418,20 +395,11 @@ func testB8Delete(t *testing.T, s *suite) {
 	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
 	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
-	deleted := time.Now()
-	if ok, err := holder.Delete(ctxFor(t, eventually)); err != nil || !ok {
-		t.Fatalf("Delete = %v, %v", ok, err)
-	}
-	r := await(t, ch, eventually, "waiter after delete")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := r.at.Sub(deleted); d > slack {
-		t.Errorf("head took %v after Delete, want a wake-up", d)
-	}
+	handOver(t, holder, wp, waiter, slack, "head after delete", func() {
+		if ok, err := holder.Delete(ctxFor(t, eventually)); err != nil || !ok {
+			t.Fatalf("Delete = %v, %v", ok, err)
+		}
+	})
 	mustUnlock(t, waiter)
 	if ok, _ := holder.Delete(ctxFor(t, eventually)); ok {
 		t.Error("Delete of a free lock reported removals")
@@ -625,22 +593,12 @@ func testX3DeletedByHand(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
 	wp := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout))
-	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
-	deleted := time.Now()
 	// DEL by hand (no script, no message, lease far away): the head must
 	// still notice within its heartbeat interval.
-	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
-	r := await(t, ch, eventually, "head after DEL by hand")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := r.at.Sub(deleted); d > waiterTimeout/3+slack {
-		t.Errorf("head took %v to notice the deleted hash, want within a heartbeat (%v)", d, waiterTimeout/3)
-	}
+	handOver(t, holder, wp, wp.mutex(t, name), waiterTimeout/3+slack, "head after DEL by hand", func() {
+		evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
+	})
 }
 
 // testX3WatchedHash: on a backend that can watch keys (backend.KeyWatcher,
@@ -962,20 +920,8 @@ func testShardedPublish(t *testing.T, s *suite) {
 	name := lockName(t)
 	holder := s.newProc(t, lock.WithShardedPublish()).mutex(t, name)
 	wp := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second))
-	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
-	unlocked := time.Now()
-	mustUnlock(t, holder)
-	r := await(t, ch, eventually, "waiter")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := r.at.Sub(unlocked); d > slack {
-		t.Errorf("hand-over with sharded publish took %v, want a wake-up", d)
-	}
+	handOver(t, holder, wp, wp.mutex(t, name), slack, "waiter after unlock with sharded publish", func() { mustUnlock(t, holder) })
 }
 
 func sequentialCases() []sequentialCase {

@@ -326,3 +326,23 @@ func settledAfter(t *testing.T, p *proc, base int) {
 	t.Helper()
 	waitUntil(t, eventually, "the waiter to queue and re-check", func() bool { return p.b.count("acquire"+doneSuffix) >= base+2 })
 }
+
+// handOver is the shape of the wake-up cases: with the lock held, waiter
+// (the only waiter of proc wp) queues - probe sees it - and settles; then
+// release runs, and the waiter must take the lock within bound of it.
+func handOver(t *testing.T, probe *lock.Mutex, wp *proc, waiter *lock.Mutex, bound time.Duration, what string, release func()) *lock.Hold {
+	t.Helper()
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
+	waitQueued(t, probe, 1)
+	settled(t, wp)
+	released := time.Now()
+	release()
+	r := await(t, ch, 60*time.Second, what)
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	if d := r.at.Sub(released); d > bound {
+		t.Errorf("%s took %v, want at most %v: the wake-up did not arrive", what, d, bound)
+	}
+	return r.h
+}
