@@ -161,7 +161,8 @@ func (c *Client) unregister(h *Hold) {
 	c.mu.Unlock()
 }
 
-func (c *Client) ms(d time.Duration) string {
+// ms formats d as whole milliseconds, the unit of the scripts' arguments.
+func ms(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10)
 }
 

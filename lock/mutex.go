@@ -142,9 +142,9 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		mode = "once"
 	}
 	args := []string{
-		m.field, m.c.ms(lease), m.c.ms(m.c.cfg.waiterTimeout), mode,
-		m.keys.channel, m.c.cfg.publish, m.c.ms(m.c.cfg.waiterTimeout / 3),
-		m.c.ms(m.c.cfg.redissonSlack),
+		m.field, ms(lease), ms(m.c.cfg.waiterTimeout), mode,
+		m.keys.channel, m.c.cfg.publish, ms(m.c.cfg.waiterTimeout / 3),
+		ms(m.c.cfg.redissonSlack),
 	}
 	grant := func(r acquireReply, sent time.Time) (*Hold, error) {
 		h, err := m.granted(r, sent, lease, watchdog)
@@ -439,7 +439,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		return m.errorf(err)
 	}
 	keys := []string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.latch + ":" + reqID, m.keys.alive}
-	args := []string{m.field, m.c.ms(lease), m.keys.channel, m.c.cfg.publish, m.c.ms(unlockLatchTTL)}
+	args := []string{m.field, ms(lease), m.keys.channel, m.c.cfg.publish, ms(unlockLatchTTL)}
 	var rep backend.Reply
 	for attempt := 1; ; attempt++ {
 		rep, err = m.c.b.Eval(ctx, m.c.scripts.unlock, keys, args)

@@ -41,7 +41,7 @@ func (c *Client) renewAll() {
 		h.m.mu.Lock()
 		lease := "0"
 		if h.watchdog {
-			lease = c.ms(h.lease)
+			lease = ms(h.lease)
 		}
 		h.m.mu.Unlock()
 		calls[i] = backend.Call{Script: c.scripts.renew, Keys: []string{h.m.keys.hash}, Args: []string{h.m.field, lease}}
