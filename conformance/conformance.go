@@ -3,7 +3,8 @@
 // SPEC.md, named in the subtests) through the lock package running on the
 // backend under test, so two backends that pass it behave the same.
 //
-// Run it from a test in the backend's package:
+// Run it from a test in the backend's package, against a real redis-server
+// from package github.com/fairlock/fairlock/redistest:
 //
 //	func TestConformance(t *testing.T) {
 //		srv := redistest.Start(t) // or any Redis 7 you control
@@ -37,7 +38,8 @@ import (
 type Factory func(tb testing.TB) backend.Backend
 
 // Server controls the Redis server under test, for the fault cases.
-// *redistest.Server implements it.
+// *redistest.Server (package github.com/fairlock/fairlock/redistest)
+// implements it.
 type Server interface {
 	// Addr is the server's "host:port".
 	Addr() string

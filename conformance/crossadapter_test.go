@@ -6,7 +6,7 @@ import (
 
 	"github.com/fairlock/fairlock/conformance"
 	"github.com/fairlock/fairlock/internal/backendtest"
-	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/redistest"
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 )

@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/lock"
 	fairotel "github.com/fairlock/fairlock/otel"
+	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 )
 

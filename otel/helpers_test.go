@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairlock/fairlock/backend"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/lock"
 	fairotel "github.com/fairlock/fairlock/otel"
+	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/fairlock/fairlock/valkeybackend"
 )

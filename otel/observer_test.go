@@ -15,9 +15,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/lock"
 	fairotel "github.com/fairlock/fairlock/otel"
+	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
 )

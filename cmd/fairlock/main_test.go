@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
 )

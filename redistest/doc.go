@@ -1,11 +1,16 @@
-// Package redistest starts real redis-server processes for tests.
+// Package redistest starts real redis-server processes for the tests of
+// fairlock backends, this repository's and outside ones: a backend's author
+// runs the conformance suite against a server from Start (see package
+// github.com/fairlock/fairlock/conformance), and fault tests crash, pause and
+// restart it.
 //
 // Every server runs on a free 127.0.0.1 port in a directory obtained from
 // testing.TB.TempDir, without persistence, and is killed (and its process
 // reaped) by a testing.TB.Cleanup hook, so no process outlives the test even
-// when the test fails. Start, StartReplica and StartCluster never skip: if
-// redis-server is missing or cannot start they fail the test with the reason
-// and the tail of the server's log.
+// when the test fails. Start, StartReplica,
+// StartSentinel and StartCluster never skip: if redis-server is missing or
+// cannot start they fail the test with the reason and the tail of the
+// server's log.
 //
 // The redis-server binary is taken from the FAIRLOCK_REDIS_SERVER environment
 // variable, else from PATH, else /usr/bin/redis-server (see Binary).

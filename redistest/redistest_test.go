@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // waitFor polls cond until it holds or timeout elapses.
