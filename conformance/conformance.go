@@ -50,7 +50,8 @@ type Server interface {
 	// Resume continues a paused server and waits until it answers.
 	Resume(t testing.TB)
 	// Stop shuts the server down; Restart starts it again on the same
-	// address, with an empty dataset and script cache.
+	// address, with an empty dataset and script cache (so a
+	// redistest.Server started without redistest.WithAOF).
 	Stop(t testing.TB)
 	Restart(t testing.TB)
 }

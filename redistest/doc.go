@@ -5,9 +5,9 @@
 // restart it.
 //
 // Every server runs on a free 127.0.0.1 port in a directory obtained from
-// testing.TB.TempDir, without persistence, and is killed (and its process
-// reaped) by a testing.TB.Cleanup hook, so no process outlives the test even
-// when the test fails. Start, StartReplica,
+// testing.TB.TempDir, without persistence unless WithAOF is given, and is
+// killed (and its process reaped) by a testing.TB.Cleanup hook, so no process
+// outlives the test even when the test fails. Start, StartReplica,
 // StartSentinel and StartCluster never skip: if redis-server is missing or
 // cannot start they fail the test with the reason and the tail of the
 // server's log.

@@ -70,6 +70,7 @@ func Binary() (string, error) {
 type config struct {
 	args    []string
 	cluster bool
+	aof     bool
 	monitor string // sentinel mode: the "sentinel monitor ..." config line
 }
 
@@ -81,6 +82,20 @@ type Option func(*config)
 // own arguments, so they can override them.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithAOF turns on the append-only file (--appendonly yes --appendfsync
+// always), so that the data survives Server.Stop, Server.Kill (SIGKILL) or a
+// crash followed by Server.Restart: the file lives in the server's directory,
+// which Restart reuses, and every write is fsynced before it is answered, so
+// whatever a client saw acknowledged is there after the restart. Keys keep
+// their expiry as an absolute time (the file records PEXPIREAT), so a TTL
+// keeps running while the server is down. Restart returns only once the file
+// has been loaded. Without WithAOF (the default) every restart starts with an
+// empty dataset. Arguments given with WithArgs still come last and can
+// override these.
+func WithAOF() Option {
+	return func(c *config) { c.aof = true }
 }
 
 // withCluster enables cluster mode (used by StartCluster).
@@ -132,11 +147,12 @@ func (p *process) wait(d time.Duration) bool {
 }
 
 // Start starts a standalone redis-server on a free 127.0.0.1 port, in a
-// directory from t.TempDir, without persistence (and with
-// repl-diskless-sync-delay 0, so replicas sync at once), and waits (at most
-// 15 s) until it answers PING. opts add redis-server arguments. A t.Cleanup hook kills the server and reaps the
-// process. If the server cannot be started, Start calls t.Fatalf with the
-// reason and the tail of the server's log; it never skips the test.
+// directory from t.TempDir, without persistence unless WithAOF is given (and
+// with repl-diskless-sync-delay 0, so replicas sync at once), and waits (at
+// most 15 s) until it answers PING. opts add redis-server arguments. A
+// t.Cleanup hook kills the server and reaps the process. If the server
+// cannot be started, Start calls t.Fatalf with the reason and the tail of
+// the server's log; it never skips the test.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	var cfg config
@@ -189,6 +205,7 @@ func buildArgs(port int, dir string, cfg config) []string {
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--dir", dir,
+		// No RDB snapshots; the append-only file only with WithAOF.
 		"--save", "",
 		"--appendonly", "no",
 		"--logfile", filepath.Join(dir, "redis.log"),
@@ -197,6 +214,9 @@ func buildArgs(port int, dir string, cfg config) []string {
 		// Start a replica's full sync at once instead of waiting 5 s for
 		// more replicas to show up.
 		"--repl-diskless-sync-delay", "0",
+	}
+	if cfg.aof {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}
 	if cfg.monitor != "" {
 		args = append([]string{filepath.Join(dir, sentinelConf), "--sentinel"}, args...)
@@ -302,8 +322,9 @@ func (s *Server) launch() (*process, error) {
 	return p, nil
 }
 
-// waitReady polls addr with PING until the server answers, the process
-// exits, or timeout elapses.
+// waitReady polls addr with PING until the server answers PONG (or
+// -NOAUTH), the process exits, or timeout elapses. A server loading its
+// data answers -LOADING and is not ready yet.
 func waitReady(addr string, p *process, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(pollInterval)
@@ -448,10 +469,12 @@ func (s *Server) Resume(t testing.TB) {
 
 // Restart starts the server again, after Stop or Kill (or a crash), on the
 // same port, with the same arguments and directory, and waits (at most
-// 15 s) until it answers PING. Data is not persisted across restarts (save
-// and appendonly are off), but a cluster node keeps its nodes.conf and so
-// its identity and slots. The test fails if the server is still running or
-// cannot be started.
+// 15 s) until it answers PING with PONG; while it is still loading its data
+// it answers -LOADING, which does not count. Data is not persisted across
+// restarts (save and appendonly are off) unless the server was started with
+// WithAOF, but a cluster node keeps its nodes.conf and so its identity and
+// slots. The test fails if the server is still running or cannot be
+// started.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
