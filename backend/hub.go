@@ -133,10 +133,24 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Subscription, err
 		return s, nil
 	}
 	if err := h.onConn(ctx, func(c PubSubConn) error { return c.Subscribe(ctx, channel) }); err != nil {
-		h.drop(h.subs, s)
+		// The SUBSCRIBE may have reached the server before ctx ended or the
+		// reply was lost: take it back, or the server keeps the channel.
+		if h.drop(h.subs, s) && h.conn != nil {
+			h.unsubscribeLocked(channel)
+		}
 		return nil, fmt.Errorf("subscribe %q: %w", channel, err)
 	}
 	return s, nil
+}
+
+// unsubscribeLocked sends UNSUBSCRIBE, bounded by unsubscribeTimeout. An
+// error means the connection is going away; the re-subscribe after
+// reconnecting uses the current channel set, without this one. The caller
+// holds h.wire.
+func (h *Hub) unsubscribeLocked(channel string) {
+	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+	defer cancel()
+	_ = h.conn.Unsubscribe(ctx, channel)
 }
 
 // WatchKey implements KeyWatcher when the adapter's connection implements
@@ -250,11 +264,7 @@ func (h *Hub) remove(s *Subscription) {
 	h.wire.Lock()
 	defer h.wire.Unlock()
 	if h.drop(h.subs, s) && h.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
-		// An error means the connection is going away; the re-subscribe
-		// after reconnecting uses the current channel set, without this one.
-		_ = h.conn.Unsubscribe(ctx, s.channel)
-		cancel()
+		h.unsubscribeLocked(s.channel)
 	}
 }
 
