@@ -68,11 +68,10 @@ var linKindNames = [...]string{"join", "grant", "leave", "unlock", "inspect"}
 
 // linInput is a recorded call.
 type linInput struct {
-	kind    linKind
-	lock    int // partition: operations on different locks are independent
-	owner   int
-	once    bool // join: TryLockOnce, which never queues
-	release bool // leave: also drop a hold a lost acquire reply may have granted
+	kind  linKind
+	lock  int // partition: operations on different locks are independent
+	owner int
+	once  bool // join: TryLockOnce, which never queues
 	// failed (join, grant): an acquire attempt of the call failed, and the
 	// call's leave follows it. after (leave): it follows such an attempt,
 	// which must have landed first - only in histories that confine
@@ -242,9 +241,6 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		left := s
 		left.queue = s.without(o)
-		if in.release {
-			left = left.release(o)
-		}
 		switch out.result {
 		case linLeft:
 			if s.queued(o) == out.wasQueued {
@@ -303,9 +299,6 @@ func (in linInput) String() string {
 	s := fmt.Sprintf("L%d o%d %s", in.lock, in.owner, linKindNames[in.kind])
 	if in.once {
 		s += "(once)"
-	}
-	if in.release {
-		s += "(release)"
 	}
 	if in.failed || in.after {
 		s += "(after a failed attempt)"
@@ -452,6 +445,7 @@ type linActor struct {
 	queuedAt  int64 // when the observer heard "queued"; -1 if not
 	pos       int
 	failed    bool // an acquire script call failed (its leave follows)
+	acquiring bool // an acquire call is running
 	acquire   lock.AcquireResult
 	releaseRe lock.ReleaseResult
 }
@@ -512,7 +506,7 @@ type linBackend struct {
 
 func (b *linBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
 	var a *linActor
-	if len(keys) > 0 && len(args) > 0 && (s.Name == "acquire" || s.Name == "leave") {
+	if len(keys) > 0 && len(args) > 0 && (s.Name == "acquire" || s.Name == "leave" || s.Name == "unlock") {
 		a = b.actors[linKey(keys[0], args[0])]
 	}
 	if a == nil {
@@ -527,11 +521,27 @@ func (b *linBackend) Eval(ctx context.Context, s *backend.Script, keys, args []s
 			a.failed = true
 		}
 	case "leave":
-		in := linInput{kind: linLeave, lock: a.lock, owner: a.owner, release: len(args) > 3 && args[3] == "1", after: a.failed}
+		in := linInput{kind: linLeave, lock: a.lock, owner: a.owner, after: a.failed}
 		if err != nil {
 			a.h.add(a.client, in, call, ret, linOutput{result: linUnknown})
 		} else {
-			a.h.add(a.client, in, call, ret, linOutput{result: linLeft, wasQueued: rep.Kind == backend.Int && rep.Int == 1})
+			queued := rep.Kind == backend.Array && len(rep.Elems) > 0 && rep.Elems[0].Int == 1
+			a.h.add(a.client, in, call, ret, linOutput{result: linLeft, wasQueued: queued})
+		}
+	case "unlock":
+		// Inside an acquire call, an unlock undoes a grant whose reply was
+		// lost; Unlock calls are recorded by unlockOp.
+		if !a.acquiring {
+			break
+		}
+		in := linInput{kind: linUnlock, lock: a.lock, owner: a.owner}
+		switch {
+		case err != nil:
+			a.h.add(a.client, in, call, ret, linOutput{result: linUnknown})
+		case rep.Int < 0:
+			a.h.add(a.client, in, call, ret, linOutput{result: linNotHeld})
+		default:
+			a.h.add(a.client, in, call, ret, linOutput{result: linReleased, count: int(rep.Int)})
 		}
 	}
 	return rep, err
@@ -569,6 +579,7 @@ func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
 		err error
 	)
 	call := a.h.now()
+	a.acquiring = true
 	switch kind {
 	case linLock:
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -583,6 +594,7 @@ func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
 		h, err = a.m.TryLockOnce(ctx, lock.WatchdogLease)
 		cancel()
 	}
+	a.acquiring = false
 	ret := a.h.now()
 	join := linInput{kind: linJoin, lock: a.lock, owner: a.owner, once: kind == linTryLockOnce}
 	acquired := func() linOutput {

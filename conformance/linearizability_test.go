@@ -70,7 +70,8 @@ func TestLinearizabilityModel(t *testing.T) {
 			linOp(0, unlock(0), 40, 50, linOutput{result: linReleased}),
 			linOp(1, grantOf(1), 30, 1000, linOutput{result: linMaybe}),
 			linOp(2, inspect, 60, 70, linOutput{result: linObserved, holder: 1, count: 1, token: 2}),
-			linOp(1, linInput{kind: linLeave, owner: 1, release: true}, 80, 90, linOutput{result: linLeft}),
+			linOp(1, linInput{kind: linLeave, owner: 1}, 80, 85, linOutput{result: linLeft}),
+			linOp(1, unlock(1), 86, 90, linOutput{result: linReleased}),
 			linOp(2, inspect, 100, 110, linOutput{result: linObserved, holder: -1, token: 2}),
 		}, porcupine.Ok},
 		{"a waiter holds without being granted", []porcupine.Operation{
@@ -116,7 +117,7 @@ func TestLinearizabilityLateAttempt(t *testing.T) {
 		linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 		linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 		linOp(1, linInput{kind: linGrant, owner: 1, failed: true}, 30, 60, linOutput{result: linMaybe}),
-		linOp(1, linInput{kind: linLeave, owner: 1, release: true, after: true}, 40, 50, linOutput{result: linLeft, wasQueued: true}),
+		linOp(1, linInput{kind: linLeave, owner: 1, after: true}, 40, 50, linOutput{result: linLeft, wasQueued: true}),
 		linOp(2, inspect, 70, 80, linOutput{result: linObserved, holder: 0, count: 1, token: 1, queue: "\x01", queueLen: 1}),
 	}
 	h := &linHistory{ops: history}

@@ -134,7 +134,10 @@ type crashableBackend struct {
 	crashed atomic.Bool
 }
 
-var errCrashed = errors.New("conformance: simulated process crash")
+// errCrashed is what a crashed process's backend answers: final (it wraps
+// backend.ErrClosed), so a lock call there ends instead of retrying as it
+// would through a connection error (X14).
+var errCrashed = fmt.Errorf("conformance: simulated process crash: %w", backend.ErrClosed)
 
 func (b *crashableBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
 	if b.crashed.Load() {

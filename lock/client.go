@@ -27,13 +27,24 @@ type Client struct {
 	noKeyWatch atomic.Bool // the backend said it cannot watch keys
 
 	mu     sync.Mutex
-	holds  map[*Hold]struct{} // live holds, for the watchdog
+	owners map[string]*ownerState // owners with a call in flight or a live hold
+	holds  map[*Hold]holdRef      // live holds, for the watchdog
 	closed bool
 
-	closing chan struct{}   // closed by Close: waiters and the watchdog stop
-	life    context.Context // cancelled by Close; bounds the watchdog's calls
-	end     context.CancelFunc
-	wg      sync.WaitGroup
+	kick        chan struct{}   // tells listenReconnects a hold started
+	reconnected chan struct{}   // tells the watchdog to check every hold now
+	closing     chan struct{}   // closed by Close: waiters and the watchdog stop
+	calls       sync.WaitGroup  // calls in flight; Close waits for their cleanup
+	life        context.Context // cancelled by Close; bounds the watchdog's calls
+	end         context.CancelFunc
+	wg          sync.WaitGroup
+}
+
+// holdRef is what the watchdog needs of a live hold: its Mutex (keys,
+// owner field) and owner state.
+type holdRef struct {
+	m *Mutex
+	o *ownerState
 }
 
 // NewClient returns a Client that talks to Redis through b. Defaults: lease
@@ -60,16 +71,20 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
 	c := &Client{
-		b:       b,
-		id:      id,
-		cfg:     cfg,
-		scripts: newScriptSet(),
-		holds:   make(map[*Hold]struct{}),
-		closing: make(chan struct{}),
+		b:           b,
+		id:          id,
+		cfg:         cfg,
+		scripts:     newScriptSet(),
+		owners:      make(map[string]*ownerState),
+		holds:       make(map[*Hold]holdRef),
+		kick:        make(chan struct{}, 1),
+		reconnected: make(chan struct{}, 1),
+		closing:     make(chan struct{}),
 	}
 	c.life, c.end = context.WithCancel(context.Background())
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.watchdog()
+	go c.listenReconnects()
 	return c, nil
 }
 
@@ -103,20 +118,22 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 	owner := Owner{ClientID: c.id, ID: mc.ownerID}
 	field := owner.String()
 	return &Mutex{
-		c:       c,
-		name:    name,
-		keys:    k,
-		owner:   owner,
-		field:   field,
-		channel: k.channel + ":" + field,
+		c:        c,
+		name:     name,
+		keys:     k,
+		owner:    owner,
+		field:    field,
+		channel:  k.channel + ":" + field,
+		ownerKey: k.hash + "\x00" + field,
 	}, nil
 }
 
-// Close stops the watchdog and wakes every waiting call, which leaves the
-// queue and returns ErrClosed. Holds are not released: they end with
-// ErrClosed on Hold.Err and their locks free themselves when their leases
-// run out. Calls after Close return ErrClosed. Close does not close the
-// backend.
+// Close wakes every waiting call, which leaves the queue and returns
+// ErrClosed, waits for the calls in flight to finish (an acquire granted
+// meanwhile is given back, so nothing is left held by nobody), then stops
+// the watchdog. Holds are not released: they end with ErrClosed on
+// Hold.Err and their locks free themselves when their leases run out.
+// Calls after Close return ErrClosed. Close does not close the backend.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -125,15 +142,30 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.closing)
-	c.end()
-	holds := c.holds
-	c.holds = make(map[*Hold]struct{})
 	c.mu.Unlock()
+	c.calls.Wait()
+	c.end()
 	c.wg.Wait()
+	c.mu.Lock()
+	holds := c.holds
+	c.holds = make(map[*Hold]holdRef)
+	c.mu.Unlock()
 	for h := range holds {
 		h.end(ErrClosed)
 	}
 	return nil
+}
+
+// begin counts a call in flight, or returns ErrClosed after Close. The
+// caller calls the returned function when it is done.
+func (c *Client) begin() (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	c.calls.Add(1)
+	return c.calls.Done, nil
 }
 
 func (c *Client) isClosed() bool {
@@ -145,20 +177,31 @@ func (c *Client) isClosed() bool {
 	}
 }
 
-func (c *Client) register(h *Hold) bool {
+// track hands a new hold of owner o to the watchdog; the hold keeps o in
+// the registry while it lasts. It returns false after Close.
+func (c *Client) track(h *Hold, m *Mutex, o *ownerState) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
-	c.holds[h] = struct{}{}
+	c.holds[h] = holdRef{m: m, o: o}
+	o.refs++
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 	return true
 }
 
-func (c *Client) unregister(h *Hold) {
+// untrack forgets a hold that ended.
+func (c *Client) untrack(h *Hold) {
 	c.mu.Lock()
-	delete(c.holds, h)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if ref, ok := c.holds[h]; ok {
+		delete(c.holds, h)
+		c.releaseLocked(ref.o)
+	}
 }
 
 // ms formats d as whole milliseconds, the unit of the scripts' arguments.

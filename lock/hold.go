@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -19,45 +21,94 @@ func (o Owner) String() string { return o.ClientID + ":" + itoa(o.ID) }
 // Hold is a held lock, returned by every successful acquire. Re-entering
 // returns the same Hold with its count raised; the Hold ends when the
 // owner's last Unlock releases the lock (Err: ErrReleased) or when the lock
-// is lost (Err wraps ErrLockLost). It is safe for concurrent use.
+// is lost (Err wraps ErrLockLost). It is safe for concurrent use, and a nil
+// *Hold (what a failed acquire returns) behaves as a hold that has ended
+// with ErrNotHeld.
+//
+// The Hold owns its lease deadline: the send time of the latest grant,
+// re-entry or renewal the server acknowledged, plus the lease, less a
+// guard (5% of the lease, at most 100 ms) for timer lateness. The
+// server cannot expire the lock before that instant, so when the deadline
+// passes without a newer acknowledgement - a partition, a paused server,
+// renewals failing - Done closes before anyone else can be granted the
+// lock (X12).
 type Hold struct {
-	m        *Mutex
 	token    int64
 	acquired time.Time
 	done     chan struct{}
+	ended    func(*Hold, error) // told once, after the hold ends
 
-	// guarded by m.mu
-	count       int
-	lease       time.Duration // the lease sent with the latest acquire
-	watchdog    bool          // renewed by the client's watchdog
-	lastRenewed time.Time     // when the latest successful renewal (or acquire) was sent
-	expiry      *time.Timer   // explicit lease: ends the hold when the lease runs out
-	err         error
+	mu       sync.Mutex
+	count    int
+	watchdog bool          // renewed by the client's watchdog until it ends
+	lease    time.Duration // the longest lease any of its acquisitions asked for
+	deadline time.Time     // when the hold ends unless acknowledged again
+	timer    *time.Timer   // fires at deadline
+	releases int           // Unlock calls in flight: they decide its end
+	err      error
+}
+
+// leaseGuard is how much earlier than the lease allows the client ends a
+// hold: room for a late timer on a loaded machine.
+func leaseGuard(lease time.Duration) time.Duration {
+	return min(lease/20, 100*time.Millisecond)
+}
+
+// newHold starts a hold granted by a request sent at sent.
+func newHold(token int64, count int, sent time.Time, lease time.Duration, watchdog bool, ended func(*Hold, error)) *Hold {
+	h := &Hold{token: token, acquired: sent, done: make(chan struct{}), ended: ended,
+		count: count, watchdog: watchdog, lease: lease}
+	h.deadline = sent.Add(lease - leaseGuard(lease))
+	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
+	return h
 }
 
 // Token returns the fencing token (X6): it is larger than the token of every
 // earlier hold of this lock by any fairlock client. Pass it to the storage
-// you guard and reject writes carrying an older one.
-func (h *Hold) Token() int64 { return h.token }
+// you guard and reject writes carrying an older one. 0 for a nil Hold.
+func (h *Hold) Token() int64 {
+	if h == nil {
+		return 0
+	}
+	return h.token
+}
 
 // Done returns a channel that is closed when the hold ends: released by the
 // last Unlock, or lost (X7). Stop working on the guarded resource when it
-// closes without your Unlock.
-func (h *Hold) Done() <-chan struct{} { return h.done }
+// closes without your Unlock. For a nil Hold it is closed already.
+func (h *Hold) Done() <-chan struct{} {
+	if h == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return h.done
+}
 
 // Err returns nil while the hold lasts; afterwards ErrReleased, ErrClosed,
-// or an error wrapping ErrLockLost that says how it was lost.
+// or an error wrapping ErrLockLost that says how it was lost. For a nil
+// Hold it returns ErrNotHeld.
 func (h *Hold) Err() error {
-	h.m.mu.Lock()
-	defer h.m.mu.Unlock()
+	if h == nil {
+		return ErrNotHeld
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return h.err
 }
 
-// Context returns a context derived from parent that is cancelled, with
-// Err as its cause, when the hold ends - the idiom for "stop now". Call the
-// CancelFunc when done with it.
+// Context returns a context derived from parent (context.Background when
+// parent is nil) that is cancelled, with Err as its cause, when the hold
+// ends - the idiom for "stop now". Call the CancelFunc when done with it.
 func (h *Hold) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
 	ctx, cancel := context.WithCancelCause(parent)
+	if h == nil {
+		cancel(ErrNotHeld)
+		return ctx, func() {}
+	}
 	// The goroutine ends when the hold ends or the context is cancelled,
 	// whichever comes first; the returned CancelFunc guarantees the latter.
 	go func() {
@@ -70,26 +121,146 @@ func (h *Hold) Context(parent context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+// view returns what the client knows of the hold, zero once it has ended.
+func (h *Hold) view() holdView {
+	if h == nil {
+		return holdView{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return holdView{}
+	}
+	return holdView{token: h.token, count: h.count}
+}
+
+// live reports whether the hold has not ended.
+func (h *Hold) live() bool {
+	return h != nil && h.Err() == nil
+}
+
+// reentered records a re-entry (count from the server) sent at sent. A
+// hold stays renewed by the watchdog once any of its acquisitions asked
+// for it, so an inner explicit lease never ends an outer watchdog hold.
+func (h *Hold) reentered(count int, sent time.Time, lease time.Duration, watchdog bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count = count
+	h.watchdog = h.watchdog || watchdog
+	h.lease = max(h.lease, lease)
+	h.extendLocked(sent, lease)
+}
+
+// released records the count left after an Unlock that left holds, sent
+// at sent: the server extended the lease then.
+func (h *Hold) released(count int, sent time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count = count
+	h.extendLocked(sent, h.lease)
+}
+
+// renewal returns what the watchdog sends for this hold: the lease to
+// renew to (0: only check, for a hold with an explicit lease or one being
+// unlocked) and the token. ok is false once the hold has ended.
+func (h *Hold) renewal() (lease time.Duration, token int64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return 0, 0, false
+	}
+	// While an Unlock is in flight the hold is only checked, so a lock
+	// never outlives its Unlock call by more than a lease (X13).
+	if h.watchdog && h.releases == 0 {
+		lease = h.lease
+	}
+	return lease, h.token, true
+}
+
+// renewed records a renewal to lease sent at sent that the server
+// acknowledged.
+func (h *Hold) renewed(sent time.Time, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.extendLocked(sent, lease)
+}
+
+// extendLocked moves the deadline to sent+lease (less the guard) when that
+// is later: the server's expiry never moves back while held (scripts'
+// extend), so the latest acknowledgement bounds it.
+func (h *Hold) extendLocked(sent time.Time, lease time.Duration) {
+	if h.err != nil {
+		return
+	}
+	if d := sent.Add(lease - leaseGuard(lease)); d.After(h.deadline) {
+		h.deadline = d
+		h.timer.Reset(time.Until(d))
+	}
+}
+
+// releasing marks an Unlock of the hold in flight (on) or answered (off):
+// meanwhile a renewal that finds the hold gone does not end it as lost,
+// since the Unlock may have released it.
+func (h *Hold) releasing(on bool) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if on {
+		h.releases++
+	} else {
+		h.releases--
+	}
+}
+
+// lost ends the hold with err unless an Unlock of it is in flight.
+func (h *Hold) lost(err error) {
+	h.mu.Lock()
+	releasing := h.releases > 0
+	h.mu.Unlock()
+	if !releasing {
+		h.end(err)
+	}
+}
+
+// expire runs when the deadline timer fires.
+func (h *Hold) expire() {
+	h.mu.Lock()
+	left := time.Until(h.deadline)
+	if left > 0 && h.err == nil { // extended while the timer fired
+		h.timer.Reset(left)
+	}
+	h.mu.Unlock()
+	if left <= 0 {
+		h.end(fmt.Errorf("%w: no grant or renewal acknowledged within the lease (%v)", ErrLockLost, h.leaseNow()))
+	}
+}
+
+func (h *Hold) leaseNow() time.Duration { return h.leaseOr(0) }
+
+// leaseOr returns the hold's lease, or def for a nil Hold.
+func (h *Hold) leaseOr(def time.Duration) time.Duration {
+	if h == nil {
+		return def
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
 // end closes the hold with err; later calls do nothing. It reports whether
 // this call ended it.
 func (h *Hold) end(err error) bool {
-	h.m.mu.Lock()
-	ended := h.endLocked(err)
-	h.m.mu.Unlock()
-	return ended
-}
-
-func (h *Hold) endLocked(err error) bool {
+	h.mu.Lock()
 	if h.err != nil {
+		h.mu.Unlock()
 		return false
 	}
 	h.err = err
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
-	if h.m.hold == h {
-		h.m.hold = nil
-	}
+	h.timer.Stop()
 	close(h.done)
+	h.mu.Unlock()
+	h.ended(h, err)
 	return true
 }

@@ -12,6 +12,10 @@ const (
 	// alivePrefix is ours, not Redisson's: fairlock waiters' liveness
 	// deadlines (see scripts/prelude.lua).
 	alivePrefix = "fairlock_lock_alive"
+	// clientChannelPrefix + client ID is a channel each client subscribes
+	// to while it holds locks, only to hear of reconnects; nothing is
+	// published on it.
+	clientChannelPrefix = "fairlock_client:"
 )
 
 // keyset holds every key and channel name derived from one lock name.

@@ -29,8 +29,15 @@ const (
 )
 
 // unlockLatchTTL is how long an unlock's result is kept for a retry of the
-// same request (B10). Retries happen within one Unlock call.
-const unlockLatchTTL = 10 * time.Second
+// same request (B10). Retries happen within one Unlock call and start no
+// later than unlockRetryWindow after its first attempt, so while the
+// latch lives; one that reaches the server later still cannot release
+// twice (unlock.lua takes the count down only from the value the client
+// knows). Latches alive at any moment: the unlock rate times this.
+const (
+	unlockLatchTTL    = 3 * time.Second
+	unlockRetryWindow = 2 * time.Second
+)
 
 type config struct {
 	lease         time.Duration

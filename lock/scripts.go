@@ -2,13 +2,19 @@ package lock
 
 import (
 	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/fairlock/fairlock/backend"
 )
 
-// The algorithm lives in these scripts (scripts/*.lua) and in mutex.go,
-// which calls them. Every script is the shared prelude (server time, stale
-// head purge, head wake-up) followed by its own body.
+// The algorithm lives in these scripts (scripts/*.lua) and in the Go that
+// calls them: wait.go (acquire), mutex.go (release), watchdog.go (renew).
+// Every script but renew is the shared prelude (server time, stale head
+// purge, head wake-up) followed by its own body. This file is the one
+// place that knows each script's KEYS and ARGV order and the shape of its
+// reply.
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
@@ -44,4 +50,216 @@ func newScriptSet() scriptSet {
 		delete:      s("delete", deleteLua),
 		inspect:     s("inspect", inspectLua),
 	}
+}
+
+// scriptKeys are the five keys every script takes, in this order: lock
+// hash, queue, Redisson timeouts, fairlock liveness, token counter.
+func (k keyset) scriptKeys() []string {
+	return []string{k.hash, k.queue, k.timeouts, k.alive, k.token}
+}
+
+// holdView is what the client knows of its owner's hold: the token and
+// count of the live hold, zero when it knows none. The scripts compare it
+// with the server's state so that a retried request never applies twice
+// and a leftover the client has ended is never re-entered.
+type holdView struct {
+	token int64
+	count int
+}
+
+func (v holdView) args() []string {
+	return []string{itoa(v.token), strconv.Itoa(v.count)}
+}
+
+// wakeArgs say how to wake a waiter: its channel prefix and the publish
+// commands.
+type wakeArgs struct {
+	channelPrefix string
+	publish       string
+}
+
+// acquireCall is one run of acquire.lua.
+type acquireCall struct {
+	owner         string
+	lease         time.Duration
+	waiterTimeout time.Duration
+	once          bool
+	wake          wakeArgs
+	maxHint       time.Duration
+	slack         time.Duration
+	view          holdView
+}
+
+func (a acquireCall) args() []string {
+	mode := "wait"
+	if a.once {
+		mode = "once"
+	}
+	return append([]string{
+		a.owner, ms(a.lease), ms(a.waiterTimeout), mode,
+		a.wake.channelPrefix, a.wake.publish, ms(a.maxHint), ms(a.slack),
+	}, a.view.args()...)
+}
+
+type acquireReply struct {
+	acquired bool
+	token    int64         // acquired
+	count    int           // acquired
+	hint     time.Duration // waiting: how long to wait at most
+	position int           // waiting: set when this call queued the owner
+	head     bool          // waiting: the owner is first in line
+}
+
+func decodeAcquire(rep backend.Reply) (acquireReply, error) {
+	v, err := rep.AsInts()
+	switch {
+	case err == nil && len(v) == 3 && v[0] == 1:
+		return acquireReply{acquired: true, token: v[1], count: int(v[2])}, nil
+	case err == nil && len(v) == 3 && v[0] == 0: // "once" mode
+		return acquireReply{hint: time.Duration(v[1]) * time.Millisecond}, nil
+	case err == nil && len(v) == 4 && v[0] == 0:
+		return acquireReply{hint: time.Duration(v[1]) * time.Millisecond, position: int(v[2]), head: v[3] == 1}, nil
+	}
+	return acquireReply{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, rep)
+}
+
+// unlockCall is one run of unlock.lua.
+type unlockCall struct {
+	owner string
+	lease time.Duration
+	wake  wakeArgs
+	latch time.Duration
+	view  holdView
+}
+
+func (u unlockCall) keys(k keyset, requestID string) []string {
+	return append(k.scriptKeys(), k.latch+":"+requestID)
+}
+
+func (u unlockCall) args() []string {
+	return append([]string{u.owner, ms(u.lease), u.wake.channelPrefix, u.wake.publish, ms(u.latch)}, u.view.args()...)
+}
+
+// decodeUnlock returns the hold count left, or -1 when the owner did not
+// hold the lock.
+func decodeUnlock(rep backend.Reply) (int, error) {
+	n, err := rep.AsInt()
+	if err != nil || n < -1 {
+		return 0, fmt.Errorf("%w: unlock: %v", ErrUnexpectedReply, rep)
+	}
+	return int(n), nil
+}
+
+// leaveCall is one run of leave.lua.
+type leaveCall struct {
+	owner string
+	wake  wakeArgs
+}
+
+func (l leaveCall) args() []string {
+	return []string{l.owner, l.wake.channelPrefix, l.wake.publish}
+}
+
+// leaveReply is what leave.lua reports: whether the owner was queued, and
+// the hold it has on the server (count 0: none).
+type leaveReply struct {
+	queued bool
+	held   holdView
+}
+
+func decodeLeave(rep backend.Reply) (leaveReply, error) {
+	v, err := rep.AsInts()
+	if err != nil || len(v) != 3 {
+		return leaveReply{}, fmt.Errorf("%w: leave: %v", ErrUnexpectedReply, rep)
+	}
+	return leaveReply{queued: v[0] == 1, held: holdView{token: v[2], count: int(v[1])}}, nil
+}
+
+// renewCall is one run of renew.lua: lease 0 only checks that the hold
+// still exists.
+type renewCall struct {
+	owner string
+	lease time.Duration
+	token int64
+}
+
+func (r renewCall) args() []string {
+	lease := "0"
+	if r.lease > 0 {
+		lease = ms(r.lease)
+	}
+	return []string{r.owner, lease, itoa(r.token)}
+}
+
+// decodeRenew reports whether the hold still exists.
+func decodeRenew(rep backend.Reply) (bool, error) {
+	n, err := rep.AsInt()
+	if err != nil || (n != 0 && n != 1) {
+		return false, fmt.Errorf("%w: renew: %v", ErrUnexpectedReply, rep)
+	}
+	return n == 1, nil
+}
+
+// evictArgs are the arguments of force_unlock.lua and delete.lua.
+func evictArgs(w wakeArgs) []string { return []string{w.channelPrefix, w.publish} }
+
+// decodeCount decodes the count force_unlock.lua and delete.lua return.
+func decodeCount(script string, rep backend.Reply) (int64, error) {
+	n, err := rep.AsInt()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, script, rep)
+	}
+	return n, nil
+}
+
+// inspectArgs are the arguments of inspect.lua.
+func inspectArgs(limit int) []string { return []string{strconv.Itoa(limit)} }
+
+// decodeInspect decodes inspect.lua's reply.
+func decodeInspect(rep backend.Reply) (State, error) {
+	bad := func(what string) (State, error) {
+		return State{}, fmt.Errorf("%w: inspect: %s", ErrUnexpectedReply, what)
+	}
+	if rep.Kind != backend.Array || len(rep.Elems) != 6 {
+		return bad("not a 6-element array")
+	}
+	e := rep.Elems
+	var nums [4]int64
+	for i := range nums {
+		n, err := e[i].AsInt()
+		if err != nil {
+			return bad(err.Error())
+		}
+		nums[i] = n
+	}
+	st := State{ServerTime: time.UnixMilli(nums[0]), Token: nums[2], QueueLength: int(nums[3])}
+	switch pttl := nums[1]; {
+	case pttl == -1:
+		st.TTL = -1
+	case pttl > 0:
+		st.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	fields, queue := e[4].Elems, e[5].Elems
+	if len(fields)%2 != 0 || len(queue)%2 != 0 {
+		return bad("odd field list")
+	}
+	for i := 0; i < len(fields); i += 2 {
+		n, err := fields[i+1].AsInt()
+		if err != nil {
+			return bad(err.Error())
+		}
+		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: int(n)})
+	}
+	for i := 0; i < len(queue); i += 2 {
+		w := Waiter{Owner: queue[i].Str}
+		if s := queue[i+1].Str; s != "" {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return bad(err.Error())
+			}
+			w.Deadline = time.UnixMilli(int64(f))
+		}
+		st.Queue = append(st.Queue, w)
+	}
+	return st, nil
 }

@@ -3,10 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/fairlock/fairlock/backend"
 )
 
 // State is a snapshot of a lock, read atomically by one script.
@@ -63,74 +60,32 @@ func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
 	if limit < 0 {
 		return State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidOption, limit))
 	}
-	var rep backend.Reply
-	var err error
-	// Reads change nothing, so a network error (a connection the server
-	// closed, say) is retried, a few times at most.
-	for attempt := 1; ; attempt++ {
-		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect,
-			[]string{m.keys.hash, m.keys.queue, m.keys.timeouts, m.keys.token, m.keys.alive},
-			[]string{strconv.Itoa(limit)})
-		if !retryable(ctx, err, attempt) {
-			break
-		}
-	}
-	if err != nil {
-		return State{}, m.errorf(err)
-	}
-	st, err := parseState(rep)
+	st, err := m.read(ctx, limit)
 	if err != nil {
 		return State{}, m.errorf(err)
 	}
 	return st, nil
 }
 
-func parseState(rep backend.Reply) (State, error) {
-	bad := func(what string) (State, error) {
-		return State{}, fmt.Errorf("%w: inspect: %s", ErrUnexpectedReply, what)
-	}
-	if rep.Kind != backend.Array || len(rep.Elems) != 6 {
-		return bad("not a 6-element array")
-	}
-	e := rep.Elems
-	var nums [4]int64
-	for i := range nums {
-		n, err := e[i].AsInt()
-		if err != nil {
-			return bad(err.Error())
+// readAttempts bounds the tries of a read: reads change nothing, so a
+// transient error (a connection the server closed, say) is retried, a few
+// times, with back-off.
+const readAttempts = 3
+
+func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
+	retry := newRetrier(m.c.closing)
+	for attempt := 1; ; attempt++ {
+		rep, err := m.c.b.Eval(ctx, m.c.scripts.inspect, m.keys.scriptKeys(), inspectArgs(limit))
+		if err == nil {
+			return decodeInspect(rep)
 		}
-		nums[i] = n
-	}
-	st := State{ServerTime: time.UnixMilli(nums[0]), Token: nums[2], QueueLength: int(nums[3])}
-	switch pttl := nums[1]; {
-	case pttl == -1:
-		st.TTL = -1
-	case pttl > 0:
-		st.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	fields, queue := e[4].Elems, e[5].Elems
-	if len(fields)%2 != 0 || len(queue)%2 != 0 {
-		return bad("odd field list")
-	}
-	for i := 0; i < len(fields); i += 2 {
-		n, err := fields[i+1].AsInt()
-		if err != nil {
-			return bad(err.Error())
+		if attempt == readAttempts || !transient(err) || ctx.Err() != nil {
+			return State{}, err
 		}
-		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: int(n)})
-	}
-	for i := 0; i < len(queue); i += 2 {
-		w := Waiter{Owner: queue[i].Str}
-		if s := queue[i+1].Str; s != "" {
-			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return bad(err.Error())
-			}
-			w.Deadline = time.UnixMilli(int64(f))
+		if err := retry.pause(ctx, err); err != nil {
+			return State{}, err
 		}
-		st.Queue = append(st.Queue, w)
 	}
-	return st, nil
 }
 
 // IsLocked reports whether anyone holds the lock (B9).

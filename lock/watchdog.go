@@ -10,77 +10,139 @@ import (
 
 // watchdog is the client's single renewal loop (B6). Every third of the
 // lease it renews all watchdog holds and checks that explicit-lease holds
-// still exist, in one pipelined batch, and ends the holds that are gone or
-// whose renewal has failed for longer than their lease (X7).
+// still exist, in one pipelined batch, and ends the holds the server no
+// longer has (X7). A hold whose renewals fail ends by its own deadline
+// (Hold, X12); the watchdog never infers a loss from the time.
+//
+// When the subscription connection reconnects (listenReconnects), the
+// server may have come back without its data, so every hold is checked at
+// once, and again with back-off until the server answers, rather than at
+// the next tick.
 func (c *Client) watchdog() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.lease / 3)
 	defer t.Stop()
+	recheck := newRetrier(c.closing)
+	rechecking := time.NewTimer(time.Hour)
+	rechecking.Stop()
+	defer rechecking.Stop()
 	for {
 		select {
 		case <-c.closing:
 			return
 		case <-t.C:
-			c.renewAll()
+			c.renewAll(c.cfg.lease / 3)
+		case <-c.reconnected:
+			recheck.b.Reset()
+			rechecking.Reset(0)
+		case <-rechecking.C:
+			if !c.renewAll(recheckTimeout) {
+				rechecking.Reset(recheck.b.NextBackOff())
+			}
 		}
 	}
 }
 
-func (c *Client) renewAll() {
-	c.mu.Lock()
-	holds := make([]*Hold, 0, len(c.holds))
-	for h := range c.holds {
-		holds = append(holds, h)
-	}
-	c.mu.Unlock()
-	if len(holds) == 0 {
+// recheckTimeout bounds one check of every hold after a reconnect.
+const recheckTimeout = time.Second
+
+// reconnectTimeout bounds one try to subscribe to the client's channel.
+const reconnectTimeout = 5 * time.Second
+
+// listenReconnects waits for the client's first hold, subscribes to the
+// client's own channel (nobody publishes there; one per client), and
+// passes the subscription connection's reconnect events on to the
+// watchdog. It runs beside the watchdog so that a slow subscription never
+// delays renewals.
+func (c *Client) listenReconnects() {
+	defer c.wg.Done()
+	select {
+	case <-c.kick:
+	case <-c.closing:
 		return
 	}
-	calls := make([]backend.Call, len(holds))
-	for i, h := range holds {
-		h.m.mu.Lock()
-		lease := "0"
-		if h.watchdog {
-			lease = ms(h.lease)
+	retry := newRetrier(c.closing)
+	var sub *backend.Subscription
+	for sub == nil {
+		ctx, cancel := context.WithTimeout(c.life, reconnectTimeout)
+		s, err := c.b.Subscribe(ctx, clientChannelPrefix+c.id)
+		cancel()
+		if err == nil {
+			sub = s
+		} else if retry.pause(c.life, err) != nil {
+			return
 		}
-		h.m.mu.Unlock()
-		calls[i] = backend.Call{Script: c.scripts.renew, Keys: []string{h.m.keys.hash}, Args: []string{h.m.field, lease}}
 	}
-	ctx, cancel := context.WithTimeout(c.life, c.cfg.lease/3)
+	defer sub.Close()
+	for {
+		select {
+		case e := <-sub.Events():
+			if e.Reconnect {
+				select {
+				case c.reconnected <- struct{}{}:
+				default: // a recheck is pending already
+				}
+			}
+		case <-c.closing:
+			return
+		}
+	}
+}
+
+// renewal is one hold's renewal in a batch.
+type renewal struct {
+	h     *Hold
+	m     *Mutex
+	lease time.Duration // 0: only checked
+}
+
+// renewAll renews (or checks) every hold in one batch bounded by timeout,
+// and reports whether the server answered (or there was nothing to send).
+func (c *Client) renewAll(timeout time.Duration) bool {
+	c.mu.Lock()
+	batch := make([]renewal, 0, len(c.holds))
+	calls := make([]backend.Call, 0, len(c.holds))
+	for h, ref := range c.holds {
+		lease, token, ok := h.renewal()
+		if !ok {
+			continue
+		}
+		batch = append(batch, renewal{h: h, m: ref.m, lease: lease})
+		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(),
+			Args: renewCall{owner: ref.m.field, lease: lease, token: token}.args()})
+	}
+	c.mu.Unlock()
+	if len(calls) == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.life, timeout)
 	defer cancel()
 	sent := time.Now()
 	results := c.b.EvalBatch(ctx, calls)
-	for i, h := range holds {
-		var err error
-		var held int64
+	answered := false
+	for i, r := range batch {
+		err := fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), len(calls))
+		held := false
 		if i < len(results) {
 			err = results[i].Err
 			if err == nil {
-				held, err = results[i].Reply.AsInt()
+				held, err = decodeRenew(results[i].Reply)
 			}
-		} else {
-			err = fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), len(calls))
 		}
-		c.renewed(h, sent, held == 1, err)
+		c.renewed(r, sent, held, err)
+		answered = answered || err == nil
 	}
+	return answered
 }
 
-func (c *Client) renewed(h *Hold, sent time.Time, held bool, err error) {
-	m := h.m
-	if err == nil && !held {
-		m.lose(h, fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
-		return
+func (c *Client) renewed(r renewal, sent time.Time, held bool, err error) {
+	switch {
+	case err == nil && !held:
+		r.h.lost(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
+	case err == nil && r.lease > 0:
+		r.h.renewed(sent, r.lease)
 	}
-	m.mu.Lock()
-	watchdog, last, lease := h.watchdog, h.lastRenewed, h.lease
-	if err == nil && watchdog {
-		h.lastRenewed = sent
-	}
-	m.mu.Unlock()
-	if watchdog && c.cfg.observer != nil {
-		c.cfg.observer.Renewed(m.call(""), err)
-	}
-	if err != nil && watchdog && time.Since(last) > lease {
-		m.lose(h, fmt.Errorf("%w: renewal failing for longer than the lease (%v): %v", ErrLockLost, lease, err))
+	if r.lease > 0 && c.cfg.observer != nil {
+		c.cfg.observer.Renewed(r.m.call(""), err)
 	}
 }

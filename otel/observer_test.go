@@ -331,7 +331,9 @@ func TestAcquireWoken(t *testing.T) {
 }
 
 // TestAcquireError: a failure that is neither a timeout nor the caller's
-// cancellation is outcome error with status Error and error.type.
+// cancellation is outcome error with status Error and error.type. (Lock
+// rides through connection errors until its context ends; TryLockOnce,
+// which does not retry, returns the connection error.)
 func TestAcquireError(t *testing.T) {
 	forEachAdapter(t, func(t *testing.T, a adapter) {
 		e := newEnv(t, a)
@@ -345,8 +347,8 @@ func TestAcquireError(t *testing.T) {
 		ctx, req := e.request()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if _, err := other.Lock(cctx); err == nil || cctx.Err() != nil {
-			t.Fatalf("Lock on a dead server = %v (ctx %v), want a connection error before the deadline", err, cctx.Err())
+		if _, err := other.TryLockOnce(cctx, time.Minute); err == nil || cctx.Err() != nil {
+			t.Fatalf("TryLockOnce on a dead server = %v (ctx %v), want a connection error before the deadline", err, cctx.Err())
 		}
 		req.End()
 
@@ -360,7 +362,7 @@ func TestAcquireError(t *testing.T) {
 		if et != "connection_closed" && et != "network" {
 			t.Errorf("error.type = %q, want connection_closed or network", et)
 		}
-		if _, ok := e.find("fairlock.acquire.attempts", attribute.String("fairlock.operation", "Lock"),
+		if _, ok := e.find("fairlock.acquire.attempts", attribute.String("fairlock.operation", "TryLockOnce"),
 			attribute.String("fairlock.outcome", "error"), attribute.String("error.type", et)); !ok {
 			t.Errorf("no fairlock.acquire.attempts point with outcome error and error.type %q", et)
 		}

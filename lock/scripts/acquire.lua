@@ -3,8 +3,8 @@
 -- KEYS[1] lock hash        field "<clientID>:<ownerID>" -> hold count
 -- KEYS[2] queue            list of waiting owners, head first
 -- KEYS[3] timeouts         zset owner -> Redisson deadline (server ms)
--- KEYS[4] token counter    fencing-token counter
--- KEYS[5] alive            zset owner -> fairlock liveness deadline
+-- KEYS[4] alive            zset owner -> fairlock liveness deadline
+-- KEYS[5] token counter    fencing-token counter
 -- ARGV[1] owner field
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter timeout in ms: a queued owner's liveness deadline is now + this
@@ -13,6 +13,8 @@
 -- ARGV[6] publish commands ("publish" or "publish,spublish")
 -- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
 -- ARGV[8] Redisson's waiter slack in ms (its fairLockWaitTimeout)
+-- ARGV[9] token of the hold the client knows this owner has ("0": none)
+-- ARGV[10] that hold's count as the client knows it
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head}
@@ -20,14 +22,39 @@
 -- this call queued it, else 0; head is 1 when the owner is first in line;
 -- waitHintMs is always >= 1 (X4).
 --
+-- Idempotent for the caller's retries: a re-entry is applied only while the
+-- count is still the one the client knows, so a retry after a lost reply
+-- returns the first result; a field the client does not know of (a grant
+-- whose reply was lost, or a hold the client has already ended) is
+-- replaced by a new hold with a new token and count 1, never re-entered.
+--
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
 -- line is woken, X6 fencing token, X8 no loop over waiters, X11 Redisson-
--- compatible deadlines.
+-- compatible deadlines, X12 the lease never shrinks while held, X14 safe
+-- retries.
 local now = server_now()
 local me = ARGV[1]
-purge(KEYS[2], KEYS[3], KEYS[5], now, ARGV[5], ARGV[6], me)
+local lease = tonumber(ARGV[2])
+purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
+
+local held = redis.call('hget', KEYS[1], me)
+if held then
+  local token = hold_token(KEYS[5])
+  if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
+    local count = tonumber(held)
+    if count == tonumber(ARGV[10]) then
+      count = redis.call('hincrby', KEYS[1], me, 1)
+    end
+    extend(KEYS[1], lease)
+    return {1, token, count}
+  end
+  -- A leftover the client does not count as its hold: start afresh.
+  redis.call('hset', KEYS[1], me, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, redis.call('incr', KEYS[5]), 1}
+end
 
 if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)
@@ -35,21 +62,17 @@ if redis.call('exists', KEYS[1]) == 0 then
     if head then
       redis.call('lpop', KEYS[2])
       redis.call('zrem', KEYS[3], me)
-      redis.call('zrem', KEYS[5], me)
+      redis.call('zrem', KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
       -- longer than this lease (X3).
       wake_head(KEYS[2], ARGV[5], ARGV[6])
     end
     redis.call('hset', KEYS[1], me, 1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    return {1, redis.call('incr', KEYS[4]), 1}
+    redis.call('pexpire', KEYS[1], lease)
+    return {1, redis.call('incr', KEYS[5]), 1}
   end
   -- Free, but another owner is first in line: make sure it knows.
   notify(ARGV[6], ARGV[5], head)
-elseif redis.call('hexists', KEYS[1], me) == 1 then
-  local count = redis.call('hincrby', KEYS[1], me, 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('get', KEYS[4]) or '0'), count}
 end
 
 local hint = tonumber(ARGV[7])
@@ -82,7 +105,7 @@ else
   position = redis.call('rpush', KEYS[2], me)
   redis.call('zadd', KEYS[3], base + slack, me)
 end
-redis.call('zadd', KEYS[5], now + tonumber(ARGV[3]), me)
+redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), me)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat

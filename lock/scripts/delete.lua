@@ -5,6 +5,7 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- KEYS[4] alive
+-- KEYS[5] token counter (kept)
 -- ARGV[1] channel prefix
 -- ARGV[2] publish commands
 --

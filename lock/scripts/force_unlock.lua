@@ -4,6 +4,7 @@
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- KEYS[4] alive
+-- KEYS[5] token counter (unused; every script takes the same five keys)
 -- ARGV[1] channel prefix
 -- ARGV[2] publish commands
 --

@@ -3,8 +3,8 @@
 -- KEYS[1] lock hash
 -- KEYS[2] queue
 -- KEYS[3] timeouts
--- KEYS[4] token counter
--- KEYS[5] alive
+-- KEYS[4] alive
+-- KEYS[5] token counter
 -- ARGV[1] how many queue entries to list (0: none)
 --
 -- Returns {now ms, lock pttl ms, token, queue length,
@@ -19,13 +19,13 @@ local limit = tonumber(ARGV[1])
 if limit > 0 then
   for _, owner in ipairs(redis.call('lrange', KEYS[2], 0, limit - 1)) do
     entries[#entries + 1] = owner
-    entries[#entries + 1] = redis.call('zscore', KEYS[5], owner) or redis.call('zscore', KEYS[3], owner) or ''
+    entries[#entries + 1] = redis.call('zscore', KEYS[4], owner) or redis.call('zscore', KEYS[3], owner) or ''
   end
 end
 return {
   server_now(),
   redis.call('pttl', KEYS[1]),
-  tonumber(redis.call('get', KEYS[4]) or '0'),
+  tonumber(redis.call('get', KEYS[5]) or '0'),
   redis.call('llen', KEYS[2]),
   redis.call('hgetall', KEYS[1]),
   entries,

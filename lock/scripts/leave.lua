@@ -1,18 +1,24 @@
 -- leave.lua: take an owner out of the queue (it gave up, was cancelled, or
--- failed while waiting), and optionally drop a hold an acquire of unknown
--- outcome may have granted.
+-- failed while waiting), and report what the owner holds, so that a caller
+-- whose acquire had an unknown outcome can undo it with unlock.lua.
 --
 -- KEYS[1] lock hash
 -- KEYS[2] queue
 -- KEYS[3] timeouts
 -- KEYS[4] alive
+-- KEYS[5] token counter
 -- ARGV[1] owner field
 -- ARGV[2] channel prefix
 -- ARGV[3] publish commands
--- ARGV[4] "1": also drop one hold count of the owner if it holds the lock
---         (an acquire whose reply was lost, or that was not replicated)
 --
--- Returns 1 if the owner was queued, else 0.
+-- Returns {queued, count, token}: queued is 1 if the owner was queued;
+-- count is the owner's hold count (0: it holds nothing) and token the
+-- current hold's token.
+--
+-- It changes no hold itself: undoing a grant goes through unlock.lua with
+-- the token and count reported here, which does nothing once that hold is
+-- gone, so a leave or an undo that reaches the server late never touches
+-- a newer hold.
 --
 -- Rules: B7 giving up leaves the queue, X3 a new head is woken, X5 nothing
 -- is left behind. LREM runs in the server; no Lua loop visits the waiters
@@ -23,12 +29,8 @@ local was_head = redis.call('lindex', KEYS[2], 0) == me
 local queued = redis.call('zrem', KEYS[3], me)
 redis.call('zrem', KEYS[4], me)
 redis.call('lrem', KEYS[2], 0, me)
-if ARGV[4] == '1' and redis.call('hexists', KEYS[1], me) == 1 then
-  if redis.call('hincrby', KEYS[1], me, -1) <= 0 then
-    redis.call('del', KEYS[1])
-  end
-end
 if was_head or redis.call('exists', KEYS[1]) == 0 then
   wake_head(KEYS[2], ARGV[2], ARGV[3])
 end
-return queued
+local count = tonumber(redis.call('hget', KEYS[1], me) or '0')
+return {queued, count, hold_token(KEYS[5])}

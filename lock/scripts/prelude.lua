@@ -45,6 +45,24 @@ local function is_dead(timeouts, alive, owner, now)
   return (not deadline) or tonumber(deadline) <= now
 end
 
+-- extend makes the lock hash live at least lease ms more. It never
+-- shortens a hold, so the server's expiry only moves forward while the
+-- owner holds, and a client deadline of "send time of the latest
+-- acknowledged grant, re-entry or renewal plus the lease" never passes
+-- after it (X12).
+local function extend(hash, lease)
+  if redis.call('pttl', hash) < lease then
+    redis.call('pexpire', hash, lease)
+  end
+end
+
+-- hold_token returns the fencing token of the current hold: the latest
+-- token issued for the lock, which is the holder's as long as the hash
+-- exists (only a new grant draws another).
+local function hold_token(token_key)
+  return tonumber(redis.call('get', token_key) or '0')
+end
+
 -- purge removes queue heads that are dead (B5). Only the run of dead heads
 -- is visited, never the whole queue (X8). When the head changed, the new
 -- head is woken (X3) - unless it is the caller, me, which is running

@@ -1,17 +1,24 @@
 -- renew.lua: the watchdog's renewal, and the check that a hold still exists.
 --
 -- KEYS[1] lock hash
+-- KEYS[2] queue (unused; every script takes the same five keys)
+-- KEYS[3] timeouts (unused)
+-- KEYS[4] alive (unused)
+-- KEYS[5] token counter
 -- ARGV[1] owner field
 -- ARGV[2] lease in ms; "0" only checks
+-- ARGV[3] token of the hold
 --
--- Returns 1 while the owner holds the lock, else 0 (the hold was lost: the
--- lease ran out or someone force-unlocked; X7).
+-- Returns 1 while that hold lasts, else 0 (it was lost: the lease ran out,
+-- someone force-unlocked or deleted the lock, or a newer hold replaced it;
+-- X7).
 --
--- Rules: B6 watchdog renewal to the full lease.
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+-- Rules: B6 watchdog renewal to the full lease, X12 never shortened.
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
   return 0
 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+local lease = tonumber(ARGV[2])
+if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
+  redis.call('pexpire', KEYS[1], lease)
 end
 return 1

@@ -1,0 +1,91 @@
+package lock
+
+import (
+	"context"
+)
+
+// ownerState is the client's state for one owner of one lock, shared by
+// every Mutex of the Client with that name and owner ID (WithOwnerID), so
+// they act as one owner. It lives in the Client's registry while a call
+// uses it or a hold of it lasts.
+//
+// The gate lets one script of the owner that changes its hold - an acquire
+// attempt with its retries, an Unlock, a ForceUnlock or Delete - run at a
+// time, and its reply is applied before the next one is sent. So the hold
+// count the client knows is the server's, and replies are never applied
+// out of order. Waiting between attempts holds no gate.
+type ownerState struct {
+	key  string
+	gate chan struct{}
+
+	// guarded by the gate
+	hold *Hold // the latest hold; it may have ended
+
+	// guarded by Client.mu
+	refs    int // calls using it, plus one while its hold lasts
+	waiting int // calls queued (or about to be) for this owner
+}
+
+// enter takes the gate, or returns ctx's error.
+func (o *ownerState) enter(ctx context.Context) error {
+	select {
+	case o.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (o *ownerState) exit() { <-o.gate }
+
+// current returns the live hold, or nil. The caller holds the gate.
+func (o *ownerState) current() *Hold {
+	if o.hold.live() {
+		return o.hold
+	}
+	return nil
+}
+
+// ownerOf returns m's owner state, taking a reference that release gives
+// back.
+func (c *Client) ownerOf(m *Mutex) *ownerState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.owners[m.ownerKey]
+	if o == nil {
+		o = &ownerState{key: m.ownerKey, gate: make(chan struct{}, 1)}
+		c.owners[m.ownerKey] = o
+	}
+	o.refs++
+	return o
+}
+
+// release gives back a reference taken by ownerOf (or held by a hold).
+func (c *Client) release(o *ownerState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releaseLocked(o)
+}
+
+func (c *Client) releaseLocked(o *ownerState) {
+	o.refs--
+	if o.refs == 0 {
+		delete(c.owners, o.key)
+	}
+}
+
+// startWaiting counts a call that may queue the owner.
+func (c *Client) startWaiting(o *ownerState) {
+	c.mu.Lock()
+	o.waiting++
+	c.mu.Unlock()
+}
+
+// stopWaiting uncounts it and reports whether it was the owner's last
+// waiting call: only then may the owner leave the queue, which it shares.
+func (c *Client) stopWaiting(o *ownerState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o.waiting--
+	return o.waiting == 0
+}

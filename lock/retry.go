@@ -1,0 +1,91 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Back-off between retries of a request that failed with a transient error
+// (X14): exponential from 10 ms to at most 500 ms, each interval drawn at
+// random within ±50% so clients that lost the same server do not return in
+// step.
+const (
+	retryInitial = 10 * time.Millisecond
+	retryMax     = 500 * time.Millisecond
+)
+
+// retrier paces the retries of one call. It is not safe for concurrent use.
+type retrier struct {
+	b       backoff.ExponentialBackOff
+	closing <-chan struct{}
+	last    error // the latest transient error, for the caller's final error
+}
+
+func newRetrier(closing <-chan struct{}) *retrier {
+	return &retrier{
+		b: backoff.ExponentialBackOff{
+			InitialInterval:     retryInitial,
+			RandomizationFactor: 0.5,
+			Multiplier:          2,
+			MaxInterval:         retryMax,
+		},
+		closing: closing,
+	}
+}
+
+// pause waits the next back-off interval after the transient error err. It
+// returns ctx's error, or ErrClosed when the client closes, wrapping err
+// either way so the caller sees what kept failing.
+func (r *retrier) pause(ctx context.Context, err error) error {
+	r.last = err
+	t := time.NewTimer(r.b.NextBackOff())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), err)
+	case <-r.closing:
+		return errors.Join(ErrClosed, err)
+	}
+}
+
+// transient reports whether a request that failed with err may succeed
+// when sent again: a network error or timeout, or a server that is
+// loading, busy or failing over. A script error, a closed backend or a
+// reply of the wrong shape is final.
+func transient(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, backend.ErrClosed),
+		errors.Is(err, backend.ErrNotSupported),
+		errors.Is(err, backend.ErrUnexpectedReply),
+		errors.Is(err, ErrUnexpectedReply),
+		errors.Is(err, ErrNotReplicated),
+		errors.Is(err, context.Canceled):
+		return false
+	}
+	var se *backend.ServerError
+	if errors.As(err, &se) {
+		return transientServerError(se.Message)
+	}
+	return true
+}
+
+// transientServerError reports whether an error reply comes from a server
+// that cannot answer now but will: still loading its data after a restart,
+// running a long script, in a cluster reconfiguration, or a former primary
+// after a failover.
+func transientServerError(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY":
+		return true
+	}
+	return false
+}

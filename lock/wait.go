@@ -1,0 +1,289 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// attemptTimeout bounds one acquire attempt. Attempts do not follow the
+// caller's cancellation: a request abandoned in flight could still reach
+// Redis after the cleanup, and queue (or grant) the owner after its call
+// returned. Cancellation is honoured between attempts, one attempt later
+// at most.
+const attemptTimeout = 5 * time.Second
+
+// waiter is one acquire call: its attempts, its subscription and timers,
+// and its single way out.
+type waiter struct {
+	m        *Mutex
+	o        *ownerState
+	call     acquireCall // view is filled in for each attempt
+	lease    time.Duration
+	watchdog bool
+	retry    *retrier
+	tr       AcquireTracker // nil without an observer
+	result   *AcquireResult
+
+	sub    *backend.Subscription // this owner's wake-up channel, once queued
+	watch  keyWatch              // the lock hash, while this owner is the head
+	timer  *time.Timer
+	queued bool // the owner may be in the queue because of this call
+}
+
+// run makes the call: attempts until the lock is granted, the call gives
+// up, or an error ends it; then it cleans up in one place.
+func (w *waiter) run(ctx context.Context) (*Hold, error) {
+	c := w.m.c
+	if !w.call.once {
+		c.startWaiting(w.o)
+	}
+	h, err := w.loop(ctx)
+	if w.sub != nil {
+		w.sub.Close()
+	}
+	w.watch.stop()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if !w.call.once && c.stopWaiting(w.o) && err != nil && w.queued {
+		// The owner's last waiting call leaves the queue it shares with
+		// the others (X5).
+		w.leave(ctx)
+	}
+	return h, err
+}
+
+func (w *waiter) loop(ctx context.Context) (*Hold, error) {
+	for {
+		r, h, err := w.attempt(ctx)
+		switch {
+		case err != nil:
+			return nil, err
+		case h != nil:
+			return h, nil
+		case w.call.once:
+			return nil, ErrNotAcquired
+		}
+		w.queued = true
+		w.noteQueued(r.position)
+		if w.sub == nil {
+			if err := w.subscribe(ctx); err != nil {
+				return nil, err
+			}
+			// Check again: a release between the attempt and the
+			// subscription published to nobody.
+			continue
+		}
+		if r.head {
+			w.watch.arm(ctx, w.m)
+		}
+		if err := w.sleep(ctx, r.hint); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attempt runs acquire.lua under the owner's gate and applies its reply.
+// A transient error leaves the outcome unknown: the same request (same
+// view, so it cannot apply twice) is sent again after a back-off until the
+// caller's context ends (X14), and then undone. TryLockOnce does not
+// retry.
+func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
+	if err := w.o.enter(ctx); err != nil {
+		return acquireReply{}, nil, err
+	}
+	defer w.o.exit()
+	for {
+		w.call.view = w.o.current().view()
+		sent := time.Now()
+		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
+		if err == nil {
+			if !r.acquired {
+				return r, nil, nil
+			}
+			h, err := w.grant(ctx, r, sent)
+			return r, h, err
+		}
+		if transient(err) && !w.call.once && ctx.Err() == nil {
+			if err = w.retry.pause(ctx, err); err == nil {
+				continue
+			}
+		}
+		w.undo(ctx, w.call.view)
+		return acquireReply{}, nil, err
+	}
+}
+
+// grant applies a granted attempt sent at sent: the live hold re-entered,
+// or a new hold.
+func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Hold, error) {
+	if live := w.o.current(); live != nil {
+		if live.token == r.token {
+			live.reentered(r.count, sent, w.lease, w.watchdog)
+			return live, nil
+		}
+		// The server replaced it (it had ended there: lease ran out or
+		// forced), so the client's hold was already lost.
+		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
+	}
+	h := newHold(r.token, r.count, sent, w.lease, w.watchdog, w.m.holdEnded)
+	if !w.m.c.track(h, w.m, w.o) {
+		// Closed while the attempt was in flight: give the grant back so
+		// nobody waits for a lease that no one will release.
+		h.end(ErrClosed)
+		w.undo(ctx, holdView{})
+		return nil, ErrClosed
+	}
+	w.o.hold = h
+	return h, nil
+}
+
+// undo takes the owner out of the queue and gives back whatever an attempt
+// of unknown outcome may have granted beyond view, the hold the client
+// knows. If the server cannot be asked, the client no longer knows the
+// owner's count: its hold ends as lost, so no renewal keeps a lock nobody
+// will release, and the lock frees itself within a lease (X13). The
+// caller holds the gate.
+func (w *waiter) undo(ctx context.Context, view holdView) {
+	w.queued = false
+	m := w.m
+	left, err := m.leaveQueue(ctx)
+	if err == nil && left.held != view && left.held.count > 0 {
+		cctx, cancel := cleanupContext(ctx)
+		_, _, err = m.release(cctx, left.held, w.lease)
+		cancel()
+	}
+	if err != nil {
+		if live := w.o.current(); live != nil {
+			live.end(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
+		}
+	}
+}
+
+// leave takes the owner out of the queue, best effort (X5).
+func (w *waiter) leave(ctx context.Context) {
+	_, _ = w.m.leaveQueue(ctx)
+}
+
+// subscribe subscribes to the owner's wake-up channel, riding through
+// transient errors until ctx ends (X14).
+func (w *waiter) subscribe(ctx context.Context) error {
+	for {
+		sub, err := w.m.c.b.Subscribe(ctx, w.m.channel)
+		if err == nil {
+			w.sub = sub
+			w.timer = time.NewTimer(time.Hour)
+			return nil
+		}
+		if ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		if err := w.retry.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits for a wake-up, or at most hint: the heartbeat interval, or
+// the lease left when this owner is at the head (X3, X4). Since Go 1.23
+// Reset also discards a tick nobody received.
+func (w *waiter) sleep(ctx context.Context, hint time.Duration) error {
+	w.timer.Reset(max(hint, time.Millisecond))
+	select {
+	case e := <-w.sub.Events():
+		w.woke(e)
+	case e := <-w.watch.events():
+		w.watch.stop() // fired: armed again while still the head
+		w.woke(e)
+	case <-w.timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.m.c.closing:
+		return ErrClosed
+	}
+	return nil
+}
+
+// noteQueued records the first queue position (again after being dropped
+// as dead and re-queued).
+func (w *waiter) noteQueued(position int) {
+	if position > 0 && w.result.Position == 0 {
+		w.result.Position = position
+		if w.tr != nil {
+			w.tr.Queued(position)
+		}
+	}
+}
+
+func (w *waiter) woke(e backend.Event) {
+	w.result.Wakeups++
+	if w.tr != nil {
+		w.tr.Woken(e.Reconnect)
+	}
+}
+
+// evalAcquire sends one acquire attempt, bounded by attemptTimeout and not
+// by ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
+// fewer replicas acknowledged is an error (X9): the caller undoes it.
+func (c *Client) evalAcquire(ctx context.Context, k keyset, a acquireCall) (acquireReply, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+	defer cancel()
+	if c.cfg.replicas == 0 {
+		rep, err := c.b.Eval(ctx, c.scripts.acquire, k.scriptKeys(), a.args())
+		if err != nil {
+			return acquireReply{}, err
+		}
+		return decodeAcquire(rep)
+	}
+	rep, acked, err := c.b.(backend.ReplicaWaiter).EvalWait(ctx, c.scripts.acquire, k.scriptKeys(), a.args(), c.cfg.replicas, c.cfg.replicaWait)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	r, err := decodeAcquire(rep)
+	if err == nil && r.acquired && acked < c.cfg.replicas {
+		return acquireReply{}, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.cfg.replicas, c.cfg.replicaWait)
+	}
+	return r, err
+}
+
+// keyWatch is the head waiter's watch on the lock hash (backend.KeyWatcher):
+// a change that publishes nothing - a DEL by hand, an expiry - wakes it at
+// once rather than at its timer.
+type keyWatch struct {
+	sub *backend.Subscription
+}
+
+// arm starts watching unless already watching or the backend cannot; a
+// failure only costs the early wake-up, never the wait.
+func (w *keyWatch) arm(ctx context.Context, m *Mutex) {
+	kw, ok := m.c.b.(backend.KeyWatcher)
+	if w.sub != nil || !ok || m.c.noKeyWatch.Load() {
+		return
+	}
+	sub, err := kw.WatchKey(ctx, m.keys.hash)
+	if errors.Is(err, backend.ErrNotSupported) {
+		m.c.noKeyWatch.Store(true)
+	}
+	if err == nil {
+		w.sub = sub
+	}
+}
+
+// events returns the watch's events, or nil (blocks forever) when idle.
+func (w *keyWatch) events() <-chan backend.Event {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.Events()
+}
+
+func (w *keyWatch) stop() {
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub = nil
+	}
+}
