@@ -103,7 +103,7 @@ type KeyWatcher interface {
 	WatchKey(ctx context.Context, key string) (*Subscription, error)
 }
 
-// ReplicaWaiter is an optional Backend capability for replica safety (SPEC
+// ReplicaWaiter is an optional Backend capability for replica safety (RULES.md
 // X9): a script and a WAIT sent together on one connection, so the WAIT
 // counts the replicas that acknowledged that script's writes.
 type ReplicaWaiter interface {

@@ -1,6 +1,6 @@
 // Package conformance is the test suite every fairlock backend must pass.
-// It checks each behaviour rule of the fair lock (the B- and X-rules of
-// SPEC.md, named in the subtests) through the lock package running on the
+// It checks each behaviour rule of the fair lock (the B-, X- and P-rules of
+// RULES.md, named in the subtests) through the lock package running on the
 // backend under test, so two backends that pass it behave the same.
 //
 // Run it from a test in the backend's package, against a real redis-server

@@ -13,10 +13,10 @@ import (
 	"github.com/fairlock/fairlock/lock"
 )
 
-// Mixed clients (SPEC X11): the Redisson model of redisson.go and fairlock
+// Mixed clients (X11 in RULES.md): the Redisson model of redisson.go and fairlock
 // clients on one lock.
 
-// testX11Model checks the model itself against REDISSON.md, so that a
+// testX11Model checks the model itself against upstream behaviour, so that a
 // failing mixed case points at fairlock, not at the model: keys and
 // fields, the score chain (ttl + wait + now), the fix-up on acquire, the
 // hints (negative behind a stale entry, 0 while the lock is free but
@@ -394,7 +394,7 @@ func testX11MutualExclusion(t *testing.T, s *suite) {
 // testX11FIFO: Redisson and Go waiters queued alternately behind a Go
 // holder acquire in arrival order. The Redisson waiters use lock(), whose
 // acquire takes 300 s (fairLockWaitTimeout) off every other waiter's score
-// (REDISSON.md, script 2) - which must not throw the Go waiters out of
+// (upstream's acquire script) - which must not throw the Go waiters out of
 // line.
 func testX11FIFO(t *testing.T, s *suite) {
 	const pairs = 3

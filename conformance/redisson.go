@@ -16,8 +16,8 @@ import (
 )
 
 // This file is a test-only stand-in for a Java service using Redisson's
-// RedissonFairLock on the same Redis (SPEC X11). It follows the upstream
-// behaviour described in REDISSON.md literally, defects included - its own
+// RedissonFairLock on the same Redis (X11 in RULES.md). It follows
+// upstream's behaviour literally, defects included - its own
 // Lua scripts, the client's clock as "now", the 300 s waiter slack, the
 // O(N) score fix-ups, the 0-or-negative wait hints - so that the mixed
 // cases test fairlock against what a real Redisson client does, not

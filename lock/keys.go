@@ -2,7 +2,7 @@ package lock
 
 import "strings"
 
-// Redisson's key and channel prefixes (wire compatibility, SPEC keyspace).
+// Redisson's key and channel prefixes (wire compatibility; the keyspace table in RULES.md).
 const (
 	queuePrefix   = "redisson_lock_queue"
 	timeoutPrefix = "redisson_lock_timeout"

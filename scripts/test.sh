@@ -32,6 +32,6 @@ go vet ./...
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v /internal/faultsuite)
 go test -race -count=1 -timeout 5m -v ./internal/faultsuite/ | grep -E '^(--- |ok|FAIL|PASS)|figures:'
 test "${PIPESTATUS[0]}" -eq 0
-# A short run of each fuzz target (names and durations, SPEC X10).
+# A short run of each fuzz target (names and durations, X10 in RULES.md).
 go test -run '^$' -fuzz '^FuzzLockName$' -fuzztime 10s ./lock/
 go test -run '^$' -fuzz '^FuzzDuration$' -fuzztime 5s ./lock/

@@ -28,7 +28,7 @@ Measures, for each client library in --backend:
   many locks      --workers owners on --locks locks picked at random, --ops lock/unlock
                   pairs in all: throughput and Lock latency
 and prints a table (or --json). The locks are named fairlock-bench:<random>:... and their
-keys are deleted afterwards; unlock latches (redisson_unlock_latch:*) expire within 10s.
+keys are deleted afterwards; unlock latches (redisson_unlock_latch:*) expire within 3s.
 
 Without --addr or REDIS_URL it runs against an embedded miniredis, which measures miniredis,
 not Redis. Exit code 1 when a FIFO violation is found.`,

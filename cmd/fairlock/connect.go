@@ -247,7 +247,7 @@ func (ep *endpoint) Close() {
 
 // lockKeys returns the Redis keys of the lock whose full name (key prefix
 // included) is name: the hash, queue, Redisson timeouts, fairlock liveness
-// zset and token counter, by Redisson's naming rule (SPEC keyspace).
+// zset and token counter, by Redisson's naming rule (the keyspace table in RULES.md).
 func lockKeys(name string) []string {
 	tag := "{" + name + "}"
 	if strings.Contains(name, "{") {

@@ -42,7 +42,7 @@ type queueSnapshot struct {
 
 // checkSnapshots checks FIFO order under load, without knowing when each
 // owner arrived. Every acquisition gets the next fencing token, and while
-// anyone is queued only the queue's head may acquire (SPEC B1, B3). So a
+// anyone is queued only the queue's head may acquire (B1, B3 in RULES.md). So a
 // snapshot taken when token t was the latest, with queue q1..qk, predicts
 // that token t+i goes to qi, provided nobody leaves the queue (no
 // cancellation, no dead waiters - true for the bench's workers).
