@@ -297,7 +297,7 @@ func (m *Mutex) release(ctx context.Context, view holdView, lease time.Duration)
 			}
 		}
 		if ctx.Err() == nil && wctx.Err() != nil {
-			return 0, sent, fmt.Errorf("unlock not acknowledged within %v: %w", unlockRetryWindow, wctx.Err())
+			return 0, sent, fmt.Errorf("unlock not acknowledged within %v: %w", unlockRetryWindow, errors.Join(wctx.Err(), retry.last))
 		}
 		return 0, sent, err
 	}
