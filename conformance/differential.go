@@ -394,7 +394,7 @@ type traceRun struct {
 	mus    [traceOwners][traceLocks]*lock.Mutex
 	holds  [traceOwners][traceLocks]*lock.Hold // latest hold returned
 	owners map[string]int                      // owner field -> index
-	base   [traceLocks]int64                   // token counter at the start
+	base   [traceLocks]int64                   // token before the first grant (0: none yet)
 	wait   [traceOwners][traceLocks]*traceWaiter
 	// inflight counts acquire script calls under way per owner field.
 	inflight traceInflight
@@ -475,10 +475,20 @@ func newTraceRun(t *testing.T, newBackend Factory) *traceRun {
 			r.owners[m.Owner().String()] = o
 		}
 	}
-	for l := range traceLocks {
-		r.base[l] = r.inspect(l).Token
-	}
 	return r
+}
+
+// relToken returns token relative to the token before the trace's first
+// grant on lock l. A new lock's first token comes from the server's clock
+// (X15), so the base is taken from the first token seen.
+func (r *traceRun) relToken(l int, token int64) int64 {
+	if token == 0 {
+		return 0
+	}
+	if r.base[l] == 0 {
+		r.base[l] = token - 1
+	}
+	return token - r.base[l]
 }
 
 // traceLockName returns a new lock name for lock l of a trace.
@@ -539,13 +549,18 @@ func (r *traceRun) state(l int, st lock.State) string {
 	for _, h := range st.Holders {
 		holders = append(holders, fmt.Sprintf("%sx%d", r.owner(h.Owner), h.Count))
 	}
+	// A reservation is, in the model, a free lock with its owner first in
+	// line: it takes the lock up at its next attempt.
+	if st.ReservedFor != "" {
+		queue = append(queue, r.owner(st.ReservedFor))
+	}
 	for _, w := range st.Queue {
 		queue = append(queue, r.owner(w.Owner))
 	}
 	if st.QueueLength != len(st.Queue) {
 		queue = append(queue, fmt.Sprintf("(length %d)", st.QueueLength))
 	}
-	return traceState(holders, queue, st.Token-r.base[l])
+	return traceState(holders, queue, r.relToken(l, st.Token))
 }
 
 // errKind names an error by the sentinel it wraps; other errors are
@@ -576,7 +591,7 @@ func (r *traceRun) acquired(o, l int, a traceAcq) string {
 	}
 	reentered := a.h == r.holds[o][l]
 	r.holds[o][l] = a.h
-	return traceAcquired(reentered, a.h.Token()-r.base[l])
+	return traceAcquired(reentered, r.relToken(l, a.h.Token()))
 }
 
 func (r *traceRun) run(s traceStep) string {
@@ -689,8 +704,8 @@ func (r *traceRun) awaitWaiter(o, l int, w *traceWaiter) string {
 	}
 }
 
-// settle waits until lock l is not free while owners wait (a woken head
-// takes the lock), then collects the waiting Lock the step handed the lock
+// settle waits until lock l is held while owners wait or it is reserved
+// (a woken head takes the lock), then collects the waiting Lock the step handed the lock
 // to. It returns the state read last and the grants, as "oN <result>".
 func (r *traceRun) settle(l int) (lock.State, []string) {
 	var grants []string
@@ -698,7 +713,7 @@ func (r *traceRun) settle(l int) (lock.State, []string) {
 	defer tick.Stop()
 	deadline := time.Now().Add(eventually)
 	st := r.inspect(l)
-	for !st.Locked() && st.QueueLength > 0 {
+	for len(st.Holders) == 0 && (st.QueueLength > 0 || st.ReservedFor != "") {
 		if time.Now().After(deadline) {
 			grants = append(grants, fmt.Sprintf("none: free with %d waiting for %v", st.QueueLength, eventually))
 			break

@@ -102,6 +102,7 @@ type linOutput struct {
 	pos       int
 	wasQueued bool
 	holder    int    // inspect: -1 free, linStranger for anything but one known owner
+	reserved  int    // inspect: owner the lock is reserved for, plus one (0: none)
 	queue     string // inspect: owner indexes as bytes, head first
 	queueLen  int
 }
@@ -114,6 +115,7 @@ const linStranger = 0xff
 // compare states with ==.
 type linState struct {
 	holder int    // -1 when free
+	rsv    int    // owner the free lock is reserved for, plus one (0: none)
 	count  int    // the holder's hold count
 	queue  string // owner indexes as bytes, head first
 	token  int64  // lower bound of the lock's fencing counter
@@ -123,7 +125,26 @@ type linState struct {
 }
 
 func (s linState) canAcquire(o int) bool {
-	return s.holder == o || (s.holder < 0 && (s.queue == "" || int(s.queue[0]) == o))
+	if s.holder == o {
+		return true
+	}
+	if s.holder >= 0 {
+		return false
+	}
+	if s.rsv != 0 {
+		return s.rsv == o+1
+	}
+	return s.queue == "" || int(s.queue[0]) == o
+}
+
+// handOver is what a script does with a lock it finds (or leaves) free
+// and unreserved while owners wait: it reserves it for the head, which
+// leaves the queue. (Every owner here is a fairlock waiter, alive.)
+func (s linState) handOver() linState {
+	if s.holder < 0 && s.rsv == 0 && s.queue != "" {
+		s.rsv, s.queue = int(s.queue[0])+1, s.queue[1:]
+	}
+	return s
 }
 
 func (s linState) queued(o int) bool { return strings.IndexByte(s.queue, byte(o)) >= 0 }
@@ -149,10 +170,12 @@ func (s linState) acquire(o int, known bool, count int, token int64) (linState, 
 		if known && (count != 1 || token <= s.token) {
 			return s, false
 		}
-		s.holder, s.count = o, 1
-		if s.queue != "" {
+		if s.rsv == o+1 {
+			s.rsv = 0
+		} else if s.queue != "" {
 			s.queue = s.queue[1:]
 		}
+		s.holder, s.count = o, 1
 		if known {
 			s.token = token
 		}
@@ -168,6 +191,10 @@ func (s linState) acquire(o int, known bool, count int, token int64) (linState, 
 // the reply, not on the request), so the model allows it at any later
 // point: porcupine's convention for an unknown output.
 func (s linState) attempt(o int, once bool) linState {
+	if n, ok := s.acquire(o, false, 0, 0); ok {
+		return n
+	}
+	s = s.handOver()
 	if n, ok := s.acquire(o, false, 0, 0); ok {
 		return n
 	}
@@ -194,6 +221,7 @@ func (s linState) release(o int) linState {
 	s.count--
 	if s.count == 0 {
 		s.holder = -1
+		s = s.handOver()
 	}
 	return s
 }
@@ -210,13 +238,14 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 				return []linState{n}
 			}
 		case linQueued:
+			s = s.handOver()
 			if !in.once && !s.canAcquire(o) && !s.queued(o) && out.pos == len(s.queue)+1 {
 				s.queue += string([]byte{byte(o)})
 				return []linState{s}
 			}
 		case linRefused:
 			if !s.canAcquire(o) {
-				return []linState{s}
+				return []linState{s.handOver()}
 			}
 		case linUnknown:
 			return s.failedAttempt(in)
@@ -241,9 +270,13 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		left := s
 		left.queue = s.without(o)
+		if left.rsv == o+1 {
+			left.rsv = 0 // a reservation given up passes on
+		}
+		left = left.handOver()
 		switch out.result {
 		case linLeft:
-			if s.queued(o) == out.wasQueued {
+			if (s.queued(o) || s.rsv == o+1) == out.wasQueued {
 				return []linState{left}
 			}
 		case linUnknown:
@@ -264,7 +297,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 	case linInspect:
 		if out.result == linObserved && out.holder == s.holder && (s.holder < 0 || out.count == s.count) &&
-			out.queue == s.queue && out.queueLen == len(s.queue) && out.token >= s.token {
+			out.reserved == s.rsv && out.queue == s.queue && out.queueLen == len(s.queue) && out.token >= s.token {
 			s.token = out.token
 			return []linState{s}
 		}
@@ -291,6 +324,8 @@ func (s linState) String() string {
 	h := "free"
 	if s.holder >= 0 {
 		h = fmt.Sprintf("%sx%d", linOwnerName(s.holder), s.count)
+	} else if s.rsv > 0 {
+		h = "reserved for " + linOwnerName(s.rsv-1)
 	}
 	return fmt.Sprintf("%s queue %s token>=%d", h, linQueueString(s.queue), s.token)
 }
@@ -326,6 +361,8 @@ func (out linOutput) String() string {
 		h := "free"
 		if out.holder >= 0 {
 			h = fmt.Sprintf("%sx%d", linOwnerName(out.holder), out.count)
+		} else if out.reserved > 0 {
+			h = "reserved for " + linOwnerName(out.reserved-1)
 		}
 		return fmt.Sprintf("%s queue %s (length %d) token %d", h, linQueueString(out.queue), out.queueLen, out.token)
 	case linMaybe:
@@ -671,6 +708,12 @@ func (a *linActor) inspectOp(client int) (lock.State, bool) {
 		}
 	case len(st.Holders) > 1:
 		out.holder = linStranger
+	}
+	if st.ReservedFor != "" {
+		out.reserved = linStranger + 1
+		if o, ok := a.owners[st.ReservedFor]; ok {
+			out.reserved = o + 1
+		}
 	}
 	q := make([]byte, len(st.Queue))
 	for i, w := range st.Queue {

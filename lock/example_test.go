@@ -55,7 +55,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("holding with token", hold.Token())
+	fmt.Println("holding a token:", hold.Token() > 0)
 
 	// The same owner re-enters.
 	if _, err := m.Lock(ctx); err != nil {
@@ -78,13 +78,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("other owner now holds token", h2.Token())
+	fmt.Println("the next token is larger:", h2.Token() > hold.Token())
 	// Output:
-	// holding with token 1
+	// holding a token: true
 	// hold count 2
 	// other owner: true
 	// hold ended: lock: released
-	// other owner now holds token 2
+	// the next token is larger: true
 }
 
 func ExampleMutex_TryLock() {

@@ -15,10 +15,10 @@ const (
 	// (X2), so only a dead waiter is ever dropped, and it delays the queue
 	// by at most this long.
 	DefaultWaiterTimeout = 5 * time.Second
-	// DefaultRedissonSlack is Redisson's fairLockWaitTimeout: the slack
-	// Redisson adds to each waiter's deadline. Queued fairlock owners keep
-	// a deadline of that shape as well, so Redisson clients on the same
-	// lock neither drop nor reorder them (X11).
+	// DefaultRedissonSlack is Redisson's default fairLockWaitTimeout. The
+	// queue keys of a lock outlive the latest waiter deadline by this much,
+	// so a Redisson waiter that queues after the last fairlock operation
+	// still finds them (X15).
 	DefaultRedissonSlack = 5 * time.Minute
 	// MaxDuration is the longest lease or wait accepted.
 	MaxDuration = 10 * 365 * 24 * time.Hour
@@ -85,11 +85,13 @@ func WithWaiterTimeout(d time.Duration) Option {
 	}
 }
 
-// WithRedissonSlack sets the slack of the Redisson-compatible deadline
-// every queued owner also keeps (default DefaultRedissonSlack, 5 min, as
-// Redisson's fairLockWaitTimeout). Set it to the fairLockWaitTimeout of
-// the Redisson clients sharing your locks. fairlock's own clients judge
-// fairlock waiters by the waiter timeout, not by this.
+// WithRedissonSlack sets how long a lock's queue keys outlive the latest
+// deadline of any waiter (default DefaultRedissonSlack, 5 min, Redisson's
+// fairLockWaitTimeout): the room left for Redisson waiters, whose wait this
+// is, when they queue after the last fairlock operation on the lock. With
+// no Redisson clients a small value (a second) makes dead waiters' entries
+// go sooner. It does not affect order: fairlock waiters keep their place
+// behind Redisson waiters whatever wait those use (X11).
 func WithRedissonSlack(d time.Duration) Option {
 	return func(c *config) error {
 		if err := checkDuration("Redisson slack", d); err != nil {

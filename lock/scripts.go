@@ -248,6 +248,10 @@ func decodeInspect(rep backend.Reply) (State, error) {
 		if err != nil {
 			return bad(err.Error())
 		}
+		if n == 0 {
+			st.ReservedFor = fields[i].Str
+			continue
+		}
 		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: int(n)})
 	}
 	for i := 0; i < len(queue); i += 2 {

@@ -338,8 +338,12 @@ func benchContended(ctx context.Context, c *lock.Client, name string, workers, o
 		defer t.Stop()
 		for {
 			st, err := spy.Inspect(ctx, workers)
-			if err == nil && len(st.Queue) > 0 {
+			if err == nil && (len(st.Queue) > 0 || st.ReservedFor != "") {
 				s := queueSnapshot{Token: st.Token}
+				// A lock reserved for the former head goes to it next.
+				if st.ReservedFor != "" {
+					s.Queue = append(s.Queue, st.ReservedFor)
+				}
 				for _, w := range st.Queue {
 					s.Queue = append(s.Queue, w.Owner)
 				}

@@ -44,7 +44,8 @@ type queueSnapshot struct {
 // owner arrived. Every acquisition gets the next fencing token, and while
 // anyone is queued only the queue's head may acquire (B1, B3 in RULES.md). So a
 // snapshot taken when token t was the latest, with queue q1..qk, predicts
-// that token t+i goes to qi, provided nobody leaves the queue (no
+// that token t+i goes to qi (an owner the lock is reserved for counts as
+// q1: it takes the next token), provided nobody leaves the queue (no
 // cancellation, no dead waiters - true for the bench's workers).
 // acquiredBy maps each token to the owner that got it. It returns how many
 // distinct tokens were checked and the tokens that went to someone else.

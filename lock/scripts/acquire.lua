@@ -12,7 +12,8 @@
 -- ARGV[5] channel prefix, "redisson_lock__channel:{name}"
 -- ARGV[6] publish commands ("publish" or "publish,spublish")
 -- ARGV[7] longest wait hint in ms (the waiter heartbeat interval)
--- ARGV[8] Redisson's waiter slack in ms (its fairLockWaitTimeout)
+-- ARGV[8] how long the queue keys outlive the latest waiter deadline, in ms
+--         (room for Redisson waiters that queue later; WithRedissonSlack)
 -- ARGV[9] token of the hold the client knows this owner has ("0": none)
 -- ARGV[10] that hold's count as the client knows it
 --
@@ -31,29 +32,31 @@
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
--- line is woken, X6 fencing token, X8 no loop over waiters, X11 Redisson-
--- compatible deadlines, X12 the lease never shrinks while held, X14 safe
--- retries.
+-- line is woken (and a reservation is taken up), X6 fencing token, X8 no
+-- loop over waiters, X11 Redisson-compatible deadlines, X12 the lease never
+-- shrinks while held, X14 safe retries, X15 keys expire.
 local now = server_now()
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
+local waiter_timeout = tonumber(ARGV[3])
 purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
 
 local held = redis.call('hget', KEYS[1], me)
 if held then
   local token = hold_token(KEYS[5])
-  if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
+  if held ~= '0' and ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
     local count = tonumber(held)
     if count == tonumber(ARGV[10]) then
       count = redis.call('hincrby', KEYS[1], me, 1)
     end
-    extend(KEYS[1], lease)
+    extend(KEYS[1], KEYS[5], lease)
     return {1, token, count}
   end
-  -- A leftover the client does not count as its hold: start afresh.
+  -- Reserved for me by a release (count 0), or a leftover the client does
+  -- not count as its hold: a new hold.
   redis.call('hset', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, redis.call('incr', KEYS[5]), 1}
+  return {1, next_token(KEYS[5], now, lease), 1}
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
@@ -65,14 +68,15 @@ if redis.call('exists', KEYS[1]) == 0 then
       redis.call('zrem', KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
       -- longer than this lease (X3).
-      wake_head(KEYS[2], ARGV[5], ARGV[6])
+      wake_head(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
     end
     redis.call('hset', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], lease)
-    return {1, redis.call('incr', KEYS[5]), 1}
+    return {1, next_token(KEYS[5], now, lease), 1}
   end
-  -- Free, but another owner is first in line: make sure it knows.
-  notify(ARGV[6], ARGV[5], head)
+  -- Free, but another owner is first in line: it gets the lock reserved
+  -- (or, a Redisson waiter, woken).
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[5], ARGV[6])
 end
 
 local hint = tonumber(ARGV[7])
@@ -80,38 +84,48 @@ if ARGV[4] == 'once' then
   return {0, hint, 0}
 end
 
-local slack = tonumber(ARGV[8])
 local position = 0
-local deadline = redis.call('zscore', KEYS[3], me)
-if deadline then
-  -- Queued: heartbeat. Keep the Redisson deadline at least a slack ahead
-  -- too, so a Redisson client's purge never drops a live waiter during a
-  -- long hold (upstream #3004).
-  if tonumber(deadline) < now + slack then
-    redis.call('zadd', KEYS[3], now + slack, me)
+local score = redis.call('zscore', KEYS[3], me)
+local is_head = redis.call('lindex', KEYS[2], 0) == me
+if score then
+  -- Queued: heartbeat (X2). First in line, the Redisson deadline is the
+  -- liveness deadline; further back it moves forward by the time since the
+  -- last heartbeat, keeping its margin for the Redisson acquisitions still
+  -- ahead (see prelude.lua).
+  local deadline = now + waiter_timeout
+  if not is_head then
+    local alive = redis.call('zscore', KEYS[4], me)
+    local since = alive and (now - (tonumber(alive) - waiter_timeout)) or 0
+    deadline = math.max(deadline, tonumber(score) + since)
   end
+  redis.call('zadd', KEYS[3], deadline, me)
 else
-  -- Join the tail. The Redisson deadline continues the chain as Redisson
-  -- computes it: the last waiter's deadline, else now plus the lease left,
-  -- plus the slack.
-  local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+  -- Join the tail, in Redisson's chain of deadlines with the waiter
+  -- timeout as this owner's wait.
+  local deadline = now + waiter_timeout
   local last = redis.call('lindex', KEYS[2], -1)
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)
     if last_deadline then
-      base = tonumber(last_deadline)
+      local chained = tonumber(last_deadline)
+      if not redis.call('zscore', KEYS[4], last) then
+        chained = chained + waiter_timeout
+      end
+      deadline = math.max(deadline, chained)
     end
   end
   position = redis.call('rpush', KEYS[2], me)
-  redis.call('zadd', KEYS[3], base + slack, me)
+  is_head = position == 1
+  redis.call('zadd', KEYS[3], deadline, me)
 end
-redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), me)
+redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+keep_queue(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[8]))
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat
 -- pace: a lease expiry wakes one waiter, not the whole queue.
 local head = 0
-if position == 1 or redis.call('lindex', KEYS[2], 0) == me then
+if is_head then
   head = 1
   local ttl = redis.call('pttl', KEYS[1])
   if ttl >= 0 and ttl < hint then

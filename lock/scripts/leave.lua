@@ -11,7 +11,8 @@
 -- ARGV[2] channel prefix
 -- ARGV[3] publish commands
 --
--- Returns {queued, count, token}: queued is 1 if the owner was queued;
+-- Returns {queued, count, token}: queued is 1 if the owner was queued (or
+-- had the lock reserved, which it gives up);
 -- count is the owner's hold count (0: it holds nothing) and token the
 -- current hold's token.
 --
@@ -24,13 +25,21 @@
 -- is left behind. LREM runs in the server; no Lua loop visits the waiters
 -- (X8).
 local me = ARGV[1]
-purge(KEYS[2], KEYS[3], KEYS[4], server_now(), ARGV[2], ARGV[3], me)
+local now = server_now()
+purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[2], ARGV[3], me)
 local was_head = redis.call('lindex', KEYS[2], 0) == me
 local queued = redis.call('zrem', KEYS[3], me)
 redis.call('zrem', KEYS[4], me)
 redis.call('lrem', KEYS[2], 0, me)
-if was_head or redis.call('exists', KEYS[1]) == 0 then
-  wake_head(KEYS[2], ARGV[2], ARGV[3])
+if redis.call('hget', KEYS[1], me) == '0' then
+  -- A reservation this owner no longer wants.
+  redis.call('hdel', KEYS[1], me)
+  queued = 1
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[2], ARGV[3])
+elseif was_head then
+  wake_head(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 end
 local count = tonumber(redis.call('hget', KEYS[1], me) or '0')
 return {queued, count, hold_token(KEYS[5])}

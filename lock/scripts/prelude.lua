@@ -1,13 +1,27 @@
 -- prelude.lua: helpers prepended to every fair-lock script (see scripts.go).
 --
 -- Two zsets describe the queue. "timeouts" is Redisson's: each waiter's
--- deadline as Redisson computes it (the previous waiter's deadline plus
--- Redisson's slack), which Redisson's own scripts purge by and shift. Our
--- waiters keep a Redisson-compatible entry there, so Redisson clients
--- treat them like their own (X11). "alive" is ours: each fairlock
--- waiter's liveness deadline (now + waiter timeout), refreshed by its
--- heartbeat (X2). A queued owner with an "alive" entry is judged by it;
--- one without (a Redisson waiter) by its Redisson deadline.
+-- deadline, by which Redisson's scripts purge the head, and from which every
+-- Redisson acquisition subtracts its own wait (for all waiters, O(N)).
+-- "alive" is ours: each fairlock waiter's liveness deadline (now + waiter
+-- timeout), refreshed by its heartbeat (X2). A queued owner with an "alive"
+-- entry is judged by it; one without (a Redisson waiter) by its Redisson
+-- deadline.
+--
+-- A fairlock waiter's Redisson deadline must never pass while it lives
+-- (Redisson would drop it, upstream #3004) and must come down to its
+-- liveness deadline when it is first in line (so that, dead, it holds up
+-- Redisson waiters no longer than the waiter timeout). Decrements come only
+-- from Redisson waiters ahead of it acquiring (or giving up), each by its
+-- own wait, and Redisson's chain of deadlines - each waiter's deadline is
+-- the previous one's plus its wait - already counts them. So a fairlock
+-- waiter joins the chain like a Redisson waiter whose wait is the waiter
+-- timeout (behind another fairlock waiter it takes the same deadline: the
+-- same Redisson waiters are ahead of both); each heartbeat moves its
+-- deadline forward by the time since the previous heartbeat, which keeps
+-- its margin over the decrements still to come; and whenever it becomes
+-- the head its deadline is set to its liveness deadline (tighten). This
+-- holds whatever wait the Redisson clients use.
 --
 -- Time comes from the server (X1): every "now" below is Redis' own clock in
 -- milliseconds, never a client's.
@@ -26,13 +40,124 @@ local function notify(publish, channel_prefix, owner)
   end
 end
 
+-- tighten brings a fairlock waiter's Redisson deadline down to its
+-- liveness deadline once it is first in line: no Redisson acquisition can
+-- come before it any more, so it needs no margin for their decrements,
+-- and if it dies, Redisson's own purge drops it within the waiter timeout
+-- (X11). A Redisson waiter (no liveness entry) is left alone.
+local function tighten(timeouts, alive, owner)
+  local deadline = redis.call('zscore', alive, owner)
+  if deadline then
+    local score = redis.call('zscore', timeouts, owner)
+    if (not score) or tonumber(score) > tonumber(deadline) then
+      redis.call('zadd', timeouts, deadline, owner)
+    end
+  end
+end
+
 -- wake_head wakes the queue head, if there is one (X3).
-local function wake_head(queue, channel_prefix, publish)
+local function wake_head(queue, timeouts, alive, channel_prefix, publish)
   local head = redis.call('lindex', queue, 0)
   if head then
+    tighten(timeouts, alive, head)
     notify(publish, channel_prefix, head)
   end
   return head
+end
+
+-- hand_over runs when the lock has just become free (the hash is gone).
+-- A live fairlock waiter at the head gets the lock reserved: it leaves the
+-- queue and the hash holds it with count 0 until its liveness deadline, so
+-- Redisson waiters behind it see a held lock and wait for its TTL instead
+-- of spinning, and if it died meanwhile the reservation lapses within the
+-- waiter timeout. Its next acquire turns the reservation into a hold
+-- (acquire.lua). A Redisson head is only woken: it takes the lock itself.
+-- Either way the head (and the new head behind a reservation) is woken.
+local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
+  local head = redis.call('lindex', queue, 0)
+  if not head then
+    return
+  end
+  local deadline = redis.call('zscore', alive, head)
+  if deadline and tonumber(deadline) > now then
+    local ttl = tonumber(deadline) - now
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    redis.call('zrem', alive, head)
+    redis.call('hset', hash, head, 0)
+    redis.call('pexpire', hash, ttl)
+    if redis.call('pttl', token_key) >= 0 and redis.call('pttl', token_key) < ttl then
+      redis.call('pexpire', token_key, ttl)
+    end
+    notify(publish, channel_prefix, head)
+    wake_head(queue, timeouts, alive, channel_prefix, publish)
+    return
+  end
+  wake_head(queue, timeouts, alive, channel_prefix, publish)
+end
+
+-- token_keep is how much longer than the lock hash the token counter
+-- lives, in ms: after that it may expire, and the next token comes from
+-- the server's clock (next_token).
+local token_keep = 1000
+
+-- extend makes the lock hash live at least lease ms more, and the token
+-- counter a little longer. It never shortens a hold, so the server's
+-- expiry only moves forward while the owner holds, and a client deadline
+-- of "send time of the latest acknowledged grant, re-entry or renewal plus
+-- the lease" never passes after it (X12).
+local function extend(hash, token_key, lease)
+  if redis.call('pttl', hash) < lease then
+    redis.call('pexpire', hash, lease)
+  end
+  if redis.call('pttl', token_key) < lease + token_keep then
+    redis.call('pexpire', token_key, lease + token_keep)
+  end
+end
+
+-- next_token draws the fencing token of a new hold (X6). While the counter
+-- lives it counts up by one; when it has expired (the lock unused for a
+-- lease and a second), it starts again from the server's clock in
+-- microseconds, which is past every token drawn before unless the lock was
+-- granted more than a thousand times a millisecond on average (X15: the
+-- counter does not outlive its use, and tokens never go backwards). The
+-- counter lives as long as the hold and a second more.
+local function next_token(token_key, now, lease)
+  local token
+  if redis.call('exists', token_key) == 1 then
+    token = redis.call('incr', token_key)
+  else
+    token = now * 1000
+    redis.call('set', token_key, token)
+  end
+  redis.call('pexpire', token_key, lease + token_keep)
+  return token
+end
+
+-- hold_token returns the fencing token of the current hold: the latest
+-- token issued for the lock, which is the holder's as long as the hash
+-- exists (only a new grant draws another).
+local function hold_token(token_key)
+  return tonumber(redis.call('get', token_key) or '0')
+end
+
+-- keep_queue sets the queue and both deadline zsets to expire keep ms after
+-- the latest deadline any waiter has, so that entries of waiters that died
+-- with no client left to purge them do not stay (X15). Every waiter is dead
+-- by its deadline; keep (Redisson's slack) leaves room for a Redisson
+-- waiter that queues later without touching the TTLs.
+local function keep_queue(queue, timeouts, alive, now, keep)
+  local last = now
+  for _, z in ipairs({timeouts, alive}) do
+    local top = redis.call('zrevrange', z, 0, 0, 'WITHSCORES')
+    if top[2] then
+      last = math.max(last, tonumber(top[2]))
+    end
+  end
+  local ttl = math.floor(last - now + keep)
+  for _, k in ipairs({queue, timeouts, alive}) do
+    redis.call('pexpire', k, ttl)
+  end
 end
 
 -- is_dead reports whether a queued owner's deadline has passed (or it has
@@ -43,24 +168,6 @@ local function is_dead(timeouts, alive, owner, now)
     deadline = redis.call('zscore', timeouts, owner)
   end
   return (not deadline) or tonumber(deadline) <= now
-end
-
--- extend makes the lock hash live at least lease ms more. It never
--- shortens a hold, so the server's expiry only moves forward while the
--- owner holds, and a client deadline of "send time of the latest
--- acknowledged grant, re-entry or renewal plus the lease" never passes
--- after it (X12).
-local function extend(hash, lease)
-  if redis.call('pttl', hash) < lease then
-    redis.call('pexpire', hash, lease)
-  end
-end
-
--- hold_token returns the fencing token of the current hold: the latest
--- token issued for the lock, which is the holder's as long as the hash
--- exists (only a new grant draws another).
-local function hold_token(token_key)
-  return tonumber(redis.call('get', token_key) or '0')
 end
 
 -- purge removes queue heads that are dead (B5). Only the run of dead heads
@@ -82,8 +189,11 @@ local function purge(queue, timeouts, alive, now, channel_prefix, publish, me)
   end
   if removed > 0 then
     local head = redis.call('lindex', queue, 0)
-    if head and head ~= me then
-      notify(publish, channel_prefix, head)
+    if head then
+      tighten(timeouts, alive, head)
+      if head ~= me then
+        notify(publish, channel_prefix, head)
+      end
     end
   end
   return removed

@@ -13,12 +13,18 @@
 -- someone force-unlocked or deleted the lock, or a newer hold replaced it;
 -- X7).
 --
--- Rules: B6 watchdog renewal to the full lease, X12 never shortened.
+-- Rules: B6 watchdog renewal to the full lease, X12 never shortened, X15.
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
   return 0
 end
 local lease = tonumber(ARGV[2])
-if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
-  redis.call('pexpire', KEYS[1], lease)
+if lease > 0 then
+  if redis.call('pttl', KEYS[1]) < lease then
+    redis.call('pexpire', KEYS[1], lease)
+  end
+  -- The token counter lives a second longer than the hold (prelude.lua).
+  if redis.call('pttl', KEYS[5]) < lease + 1000 then
+    redis.call('pexpire', KEYS[5], lease + 1000)
+  end
 end
 return 1

@@ -26,16 +26,21 @@
 -- never touches a newer hold. A leftover frees itself when its lease runs
 -- out, and the owner's next acquire replaces it (acquire.lua).
 --
+-- Releasing at 0 hands the lock over: reserved for a live fairlock head,
+-- or the Redisson head woken (prelude.lua, hand_over).
+--
 -- Rules: B2 count down, B4 release at 0 wakes the head, non-holder fails,
--- B5 purge, B10 a retried request ID returns the first result, X3, X13.
+-- B5 purge, B10 a retried request ID returns the first result, X3, X11,
+-- X13.
 local done = redis.call('get', KEYS[6])
 if done then
   return tonumber(done)
 end
 local me = ARGV[1]
-purge(KEYS[2], KEYS[3], KEYS[4], server_now(), ARGV[3], ARGV[4], me)
+local now = server_now()
+purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[3], ARGV[4], me)
 local held = redis.call('hget', KEYS[1], me)
-if not held then
+if (not held) or held == '0' then
   return -1
 end
 if tonumber(ARGV[6]) ~= hold_token(KEYS[5]) then
@@ -49,10 +54,10 @@ if held == tonumber(ARGV[7]) - 1 then
 end
 local count = redis.call('hincrby', KEYS[1], me, -1)
 if count > 0 then
-  extend(KEYS[1], tonumber(ARGV[2]))
+  extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
 else
   redis.call('del', KEYS[1])
-  wake_head(KEYS[2], ARGV[3], ARGV[4])
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[3], ARGV[4])
 end
 redis.call('set', KEYS[6], count, 'px', ARGV[5])
 return count
