@@ -297,7 +297,11 @@ func (m *Mutex) release(ctx context.Context, view holdView, lease time.Duration)
 			}
 		}
 		if ctx.Err() == nil && wctx.Err() != nil {
-			return 0, sent, fmt.Errorf("unlock not acknowledged within %v: %w", unlockRetryWindow, errors.Join(wctx.Err(), retry.last))
+			last := wctx.Err()
+			if retry.last != nil && !errors.Is(retry.last, context.DeadlineExceeded) {
+				last = errors.Join(last, retry.last)
+			}
+			return 0, sent, fmt.Errorf("unlock not acknowledged within %v: %w", unlockRetryWindow, last)
 		}
 		return 0, sent, err
 	}
