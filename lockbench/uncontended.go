@@ -1,0 +1,108 @@
+package lockbench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// UncontendedResult is one owner locking and unlocking a free lock.
+type UncontendedResult struct {
+	Lock, Unlock Summary // each call
+	Pair         Summary // Lock call to Unlock return
+	// AllocsPerPair and BytesPerPair are heap allocations of the whole
+	// process per Lock+Unlock pair (runtime.MemStats), so they include
+	// the client library's background goroutines.
+	AllocsPerPair, BytesPerPair float64
+}
+
+// Uncontended times n Lock+Unlock pairs of l on a free lock after warmup
+// unmeasured pairs (script loading, connection set-up).
+func Uncontended(ctx context.Context, l Locker, n, warmup int) (UncontendedResult, error) {
+	var res UncontendedResult
+	if n < 1 {
+		return res, fmt.Errorf("lockbench: n must be at least 1, got %d", n)
+	}
+	locks, unlocks, pairs := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
+	for range warmup {
+		if err := pair(ctx, l, nil, nil, nil); err != nil {
+			return res, err
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		if err := pair(ctx, l, &locks[i], &unlocks[i], &pairs[i]); err != nil {
+			return res, err
+		}
+	}
+	runtime.ReadMemStats(&after)
+	res.Lock, res.Unlock, res.Pair = Summarize(locks), Summarize(unlocks), Summarize(pairs)
+	res.AllocsPerPair = float64(after.Mallocs-before.Mallocs) / float64(n)
+	res.BytesPerPair = float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
+	return res, nil
+}
+
+// pair runs one Lock+Unlock and stores the times where asked.
+func pair(ctx context.Context, l Locker, lock, unlock, both *time.Duration) error {
+	t0 := time.Now()
+	if _, err := l.Lock(ctx); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	t1 := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	t2 := time.Now()
+	if lock != nil {
+		*lock, *unlock, *both = t1.Sub(t0), t2.Sub(t1), t2.Sub(t0)
+	}
+	return nil
+}
+
+// IdleHandover measures n hand-overs to a waiter that has been waiting
+// idle: holder takes the lock, waiter calls Lock, and after idle the
+// holder unlocks. Each result is the time from the holder's Unlock
+// returning to the waiter's Lock returning. Every waiter's Lock is bounded
+// by maxWait.
+func IdleHandover(ctx context.Context, holder, waiter Locker, n int, idle, maxWait time.Duration) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		if _, err := holder.Lock(ctx); err != nil {
+			return out, fmt.Errorf("holder lock: %w", err)
+		}
+		type result struct {
+			at  time.Time
+			err error
+		}
+		got := make(chan result, 1)
+		wctx, cancel := context.WithTimeout(ctx, idle+maxWait)
+		go func() {
+			_, err := waiter.Lock(wctx)
+			got <- result{time.Now(), err}
+		}()
+		select {
+		case <-time.After(idle):
+		case r := <-got: // acquired while held: not a mutual exclusion
+			cancel()
+			return out, fmt.Errorf("waiter returned while the lock was held (err %v)", r.err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			cancel()
+			<-got
+			return out, fmt.Errorf("holder unlock: %w", err)
+		}
+		released := time.Now()
+		r := <-got
+		cancel()
+		if r.err != nil {
+			return out, fmt.Errorf("waiter lock: %w", r.err)
+		}
+		out = append(out, r.at.Sub(released))
+		if err := waiter.Unlock(ctx); err != nil {
+			return out, fmt.Errorf("waiter unlock: %w", err)
+		}
+	}
+	return out, nil
+}
