@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 func benchCommand() command {
@@ -23,8 +21,9 @@ func benchCommand() command {
 Measures, for each client library in --backend:
   uncontended     Lock and Unlock latency (p50, p99) of one owner on one lock, --ops times
   contended       --workers owners on one lock, --ops acquisitions in all: throughput,
-                  wait, hand-over latency (one owner's Unlock call to the next one's Lock
-                  return) and FIFO violations, checked against atomic snapshots of the queue
+                  wait, hand-over latency (one owner's Unlock returning to the next one's
+                  Lock returning) and FIFO violations, checked against atomic snapshots
+                  of the queue
   many locks      --workers owners on --locks locks picked at random, --ops lock/unlock
                   pairs in all: throughput and Lock latency
 and prints a table (or --json). The locks are named fairlock-bench:<random>:... and their
@@ -250,141 +249,49 @@ func benchUncontended(ctx context.Context, c *lock.Client, name string, ops int)
 	if err != nil {
 		return res, usageError("%v", err)
 	}
-	warmup := min(ops, 20)
-	locks, unlocks := make([]time.Duration, 0, ops), make([]time.Duration, 0, ops)
-	for i := range warmup + ops {
-		t0 := time.Now()
-		if _, err := m.Lock(ctx); err != nil {
-			return res, err
-		}
-		t1 := time.Now()
-		if err := m.Unlock(ctx); err != nil {
-			return res, err
-		}
-		t2 := time.Now()
-		if i >= warmup {
-			locks, unlocks = append(locks, t1.Sub(t0)), append(unlocks, t2.Sub(t1))
-		}
+	u, err := lockbench.Uncontended(ctx, lockbench.MutexLocker(m), ops, min(ops, 20))
+	if err != nil {
+		return res, err
 	}
-	res.Lock, res.Unlock = summarise(locks), summarise(unlocks)
+	res.Lock, res.Unlock = statsOf(u.Lock), statsOf(u.Unlock)
 	return res, nil
-}
-
-// acquisition is one Lock that returned during the contended run.
-type acquisition struct {
-	token    int64
-	owner    string
-	called   time.Time
-	acquired time.Time
-	unlock   time.Time // when the holder called Unlock
 }
 
 // benchContended runs workers owners that lock and unlock one lock until
 // ops acquisitions are done, while a sampler takes atomic snapshots of the
-// queue to check FIFO order with (checkSnapshots).
+// queue to check FIFO order with (lockbench.CheckSnapshots).
 func benchContended(ctx context.Context, c *lock.Client, name string, workers, ops int) (contendedResult, error) {
 	res := contendedResult{Acquisitions: ops}
 	spy, err := c.NewMutex(name)
 	if err != nil {
 		return res, usageError("%v", err)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		claimed  atomic.Int64
-		wg       sync.WaitGroup
-		perOwner = make([][]acquisition, workers)
-	)
-	mutexes := make([]*lock.Mutex, workers)
-	for i := range mutexes {
-		if mutexes[i], err = c.NewMutex(name); err != nil {
+	lockers := make([]lockbench.Locker, workers)
+	owners := make([]string, workers)
+	for i := range lockers {
+		m, err := c.NewMutex(name)
+		if err != nil {
 			return res, err
 		}
+		lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner().String()
 	}
-	start := time.Now()
-	for i, m := range mutexes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			owner := m.Owner().String()
-			// Claim an acquisition before queueing, so exactly ops happen and
-			// every queued owner gets the lock before the run ends.
-			for claimed.Add(1) <= int64(ops) {
-				a := acquisition{owner: owner, called: time.Now()}
-				h, err := m.Lock(ctx)
-				if err != nil {
-					cancel(err)
-					return
-				}
-				a.token, a.acquired = h.Token(), time.Now()
-				a.unlock = time.Now()
-				if err := m.Unlock(ctx); err != nil {
-					cancel(err)
-					return
-				}
-				perOwner[i] = append(perOwner[i], a)
-			}
-		}()
-	}
-
 	// The sampler reads the queue about every millisecond while the
-	// workers run: each snapshot predicts the next acquisitions.
-	var snaps []queueSnapshot
-	sampled := make(chan struct{})
-	stop := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			st, err := spy.Inspect(ctx, workers)
-			if err == nil && (len(st.Queue) > 0 || st.ReservedFor != "") {
-				s := queueSnapshot{Token: st.Token}
-				// A lock reserved for the former head goes to it next.
-				if st.ReservedFor != "" {
-					s.Queue = append(s.Queue, st.ReservedFor)
-				}
-				for _, w := range st.Queue {
-					s.Queue = append(s.Queue, w.Owner)
-				}
-				snaps = append(snaps, s)
-			}
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(stop)
-	<-sampled
-	if err := context.Cause(ctx); err != nil {
+	// workers run: each snapshot predicts the next acquisitions. Every
+	// queued owner gets the lock before the run ends (a count-bound run
+	// cancels nobody), as the check requires.
+	stop := lockbench.SampleQueue(ctx, spy, workers, time.Millisecond)
+	run, err := lockbench.Contended(ctx, lockers, lockbench.Contention{Acquisitions: ops})
+	snaps := stop()
+	if err != nil {
 		return res, err
 	}
-
 	acquiredBy := make(map[int64]string, ops)
-	byToken := make(map[int64]acquisition, ops)
-	var waits []time.Duration
-	for _, list := range perOwner {
-		for _, a := range list {
-			acquiredBy[a.token] = a.owner
-			byToken[a.token] = a
-			waits = append(waits, a.acquired.Sub(a.called))
-		}
+	for _, a := range run.Acquisitions {
+		acquiredBy[a.Token] = owners[a.Contender]
 	}
-	var handovers []time.Duration
-	for tok, a := range byToken {
-		if prev, ok := byToken[tok-1]; ok {
-			handovers = append(handovers, a.acquired.Sub(prev.unlock))
-		}
-	}
-	res.Seconds = elapsed.Seconds()
-	res.Throughput = float64(ops) / elapsed.Seconds()
-	res.Wait, res.Handover = summarise(waits), summarise(handovers)
+	res.Seconds = run.End.Sub(run.Start).Seconds()
+	res.Throughput = run.Throughput()
+	res.Wait, res.Handover = statsOf(lockbench.Summarize(run.Waits())), statsOf(lockbench.Summarize(run.Handovers()))
 	res.Snapshots = len(snaps)
 	res.FIFOChecked, res.Violations = checkSnapshots(snaps, acquiredBy)
 	res.FIFOViolations = len(res.Violations)
@@ -398,57 +305,28 @@ func benchContended(ctx context.Context, c *lock.Client, name string, workers, o
 // random from names until ops pairs are done.
 func benchManyLocks(ctx context.Context, c *lock.Client, names []string, workers, ops int) (manyLocksResult, error) {
 	res := manyLocksResult{Locks: len(names), Ops: ops}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		claimed atomic.Int64
-		wg      sync.WaitGroup
-		latency = make([][]time.Duration, workers)
-	)
-	seed := uint64(time.Now().UnixNano())
-	start := time.Now()
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := mathrand.New(mathrand.NewPCG(seed, uint64(i)))
-			mutexes := make([]*lock.Mutex, len(names))
-			for claimed.Add(1) <= int64(ops) {
-				k := rng.IntN(len(names))
-				if mutexes[k] == nil {
-					m, err := c.NewMutex(names[k])
-					if err != nil {
-						cancel(err)
-						return
-					}
-					mutexes[k] = m
-				}
-				t0 := time.Now()
-				if _, err := mutexes[k].Lock(ctx); err != nil {
-					cancel(err)
-					return
-				}
-				latency[i] = append(latency[i], time.Since(t0))
-				if err := mutexes[k].Unlock(ctx); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := context.Cause(ctx); err != nil {
+	run, err := lockbench.ManyLocks(ctx, func(_, k int) (lockbench.Locker, error) {
+		m, err := c.NewMutex(names[k])
+		if err != nil {
+			return nil, err
+		}
+		return lockbench.MutexLocker(m), nil
+	}, lockbench.Spread{Workers: workers, Locks: len(names), Acquisitions: ops})
+	if err != nil {
 		return res, err
 	}
-	var all []time.Duration
-	for _, l := range latency {
-		all = append(all, l...)
-	}
-	res.Seconds = elapsed.Seconds()
-	res.Throughput = float64(ops) / elapsed.Seconds()
-	res.Lock = summarise(all)
+	res.Seconds = run.Elapsed.Seconds()
+	res.Throughput = run.Throughput()
+	res.Lock = statsOf(lockbench.Summarize(run.Lock))
 	return res, nil
+}
+
+// statsOf converts a lockbench summary for the table and JSON.
+func statsOf(s lockbench.Summary) durStats {
+	return durStats{
+		Count: s.Count, Min: millis(s.Min), P50: millis(s.P50), P99: millis(s.P99), Max: millis(s.Max),
+		min: s.Min, p50: s.P50, p99: s.P99, max: s.Max,
+	}
 }
 
 // printBench prints the results as a table, one column per client library.
