@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// boundNote returns the evidence for one missed target: what the run
+// measured about where the time or the work goes. Figures are medians over
+// the rounds; command breakdowns are from the first round.
+func (r *report) boundNote(what, kind string) string {
+	switch what {
+	case "throughput", "handover", "commands":
+		c := r.headline(kind)
+		if len(c) == 0 {
+			return ""
+		}
+		perAcq := func(f func(contendedRound) float64) float64 {
+			return spreadBy(c, func(x contendedRound) float64 { return f(x) / math.Max(1, float64(x.Acquisitions)) }).med
+		}
+		serverCPU := perAcq(func(x contendedRound) float64 { return x.ServerCPU * 1e9 })
+		clientCPU := perAcq(func(x contendedRound) float64 { return float64(x.ClientCPU) })
+		ours := spreadBy(c, func(x contendedRound) float64 {
+			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
+		}).med
+		machine := spreadBy(c, func(x contendedRound) float64 { return x.MachineBusy }).med
+		hand := durSpread(c, func(x contendedRound) time.Duration { return x.Handover.P50 }).med
+		scripts := perAcq(func(x contendedRound) float64 {
+			return float64(x.TopCommands["evalsha"].Calls + x.TopCommands["eval"].Calls)
+		})
+		switch what {
+		case "throughput":
+			cycle := float64(time.Second) / spreadBy(c, func(x contendedRound) float64 { return x.Throughput }).med
+			return fmt.Sprintf("**%s, %d contenders, throughput**: one acquisition every %s, of which the hand-over (p50 %s) is %s. "+
+				"A FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain). "+
+				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU; %s.",
+				kind, r.Settings.Headline, fmtDur(cycle), fmtDur(hand), fmtPct(hand/cycle),
+				scripts, fmtDur(serverCPU), fmtDur(clientCPU), cpuVerdict(ours, machine))
+		case "handover":
+			f := r.FIFO[kind]
+			split := ""
+			if len(f) > 0 {
+				split = fmt.Sprintf(" Split at the wake-up message (lock.Observer, in the FIFO runs; %s of hand-overs had one): previous Unlock returning to the message arriving p50 %s, message to Lock returning p50 %s.",
+					spreadBy(f, func(x contendedRound) float64 { return x.WokenShare }).cell(fmtPct),
+					durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P50 }).cell(fmtDur),
+					durSpread(f, func(x contendedRound) time.Duration { return x.WakeToLock.P50 }).cell(fmtDur))
+			}
+			grant := ""
+			if len(r.Queue) > 0 {
+				lo := r.Settings.QueueLengths[0]
+				grant = fmt.Sprintf(" With nobody else waiting, the new holder ran %.1f script calls of its own after the unlock (section 5).",
+					spreadBy(r.Queue, func(q queueRound) float64 { return q.GrantCalls[lo] }).med)
+			}
+			idle := durSpread(r.Idle[kind], func(i idleRound) time.Duration { return i.Handover.P50 }).med
+			return fmt.Sprintf("**%s, hand-over**: p50 %s with %d contenders and %s to an idle waiter, against a PING round trip of %s.%s%s %s.",
+				kind, fmtDur(hand), r.Settings.Headline, fmtDur(idle), fmtDur(r.rtt), split, grant, cpuVerdict(ours, machine))
+		default:
+			return fmt.Sprintf("**%s, commands per acquisition**: %s. That is %.1f script calls per acquisition, each running its bookkeeping (TIME, deadlines in two zsets, key expiries), all counted by commandstats.",
+				kind, topCommands(c[0].TopCommands, float64(c[0].Acquisitions), 10), scripts)
+		}
+	case "fifo":
+		return fmt.Sprintf("**%s, FIFO**: see the violations the run logged; each is a token that a queue snapshot promised to another owner.", kind)
+	case "many", "manyp99":
+		m, ref := r.Many[kind], r.Many[reference]
+		if len(m) == 0 || len(ref) == 0 {
+			return ""
+		}
+		per := func(rounds []manyRound) (cmds, server, client float64) {
+			n := func(x manyRound) float64 { return math.Max(1, float64(x.Acquisitions)) }
+			return spreadBy(rounds, func(x manyRound) float64 { return float64(x.Commands.total()) / n(x) }).med,
+				spreadBy(rounds, func(x manyRound) float64 { return x.ServerCPU * 1e9 / n(x) }).med,
+				spreadBy(rounds, func(x manyRound) float64 { return float64(x.ClientCPU) / n(x) }).med
+		}
+		fc, fs, fcl := per(m)
+		rc, rs, rcl := per(ref)
+		ours := spreadBy(m, func(x manyRound) float64 {
+			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
+		}).med
+		machine := spreadBy(m, func(x manyRound) float64 { return x.MachineBusy }).med
+		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s. %s.",
+			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
+			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine))
+	case "queue":
+		return r.queueNote(kind)
+	case "waiters":
+		f, ref := r.Waiters[r.Kinds[0].Name], r.Waiters[reference]
+		if len(f) == 0 || len(ref) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("**%s idle waiters**: %s's server ran %s commands per second (%s); %s's %s (%s). Every fairlock waiter runs acquire again every third of the waiter timeout (5 s) as its heartbeat, so the server's work grows with the number of waiters.",
+			fmtInt(int64(r.Settings.IdleWaiters)), r.Kinds[0].Name, fmtCount(float64(f[0].Commands)/f[0].Window.Seconds()), topCommands(f[0].CommandsTop, f[0].Window.Seconds(), 4),
+			reference, fmtCount(float64(ref[0].Commands)/ref[0].Window.Seconds()), topCommands(ref[0].CommandsTop, ref[0].Window.Seconds(), 4))
+	}
+	if q, ok := strings.CutPrefix(what, "uncontended"); ok {
+		u := r.Uncontended[kind]
+		if len(u) == 0 {
+			return ""
+		}
+		pair := func(rounds []uncontendedRound) float64 {
+			return durSpread(rounds, func(x uncontendedRound) time.Duration { return pick(x, q) }).med
+		}
+		var peers []string
+		for _, p := range r.peers() {
+			if pu := r.Uncontended[p.Name]; len(pu) > 0 {
+				peers = append(peers, fmt.Sprintf("%s %s, %.1f commands", p.Name, fmtDur(pair(pu)), pu[0].CommandsPerPair))
+			}
+		}
+		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s. Peers: %s.",
+			kind, q, fmtDur(pair(u)),
+			durSpread(u, func(x uncontendedRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
+			durSpread(u, func(x uncontendedRound) time.Duration { return x.Unlock.P50 }).cell(fmtDur),
+			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), strings.Join(peers, "; "))
+	}
+	return ""
+}
+
+func pick(u uncontendedRound, q string) time.Duration {
+	if q == "p99" {
+		return u.Pair.P99
+	}
+	return u.Pair.P50
+}
+
+// cpuVerdict says whether the cores were the limit: ours is the server's
+// and this process's CPU, machine everything on the machine, both as a
+// share of all cores.
+func cpuVerdict(ours, machine float64) string {
+	s := fmt.Sprintf("the cores were %s busy (%s of it this benchmark and its server, the rest other work on the machine)", fmtPct(machine), fmtPct(ours))
+	if machine > 0.85 {
+		return s + ": CPU-bound, so every figure here also carries run-queue delays"
+	}
+	return s + ": not CPU-bound"
+}
+
+// queueNote names the commands inside the scripts whose server time grew
+// most from the shortest queue to the longest (commandstats per length).
+func (r *report) queueNote(op string) string {
+	if len(r.Queue) == 0 {
+		return ""
+	}
+	lengths := r.Settings.QueueLengths
+	lo, hi := lengths[0], lengths[len(lengths)-1]
+	q := r.Queue[0]
+	type growth struct {
+		cmd      string
+		from, to float64 // µs per call
+	}
+	var g []growth
+	for cmd, st := range q.Commands[hi] {
+		if st.Calls == 0 {
+			continue
+		}
+		to := float64(st.Usec) / float64(st.Calls)
+		from := 0.0
+		if a := q.Commands[lo][cmd]; a.Calls > 0 {
+			from = float64(a.Usec) / float64(a.Calls)
+		}
+		g = append(g, growth{cmd, from, to})
+	}
+	sort.Slice(g, func(i, j int) bool { return g[i].to-g[i].from > g[j].to-g[j].from })
+	var parts []string
+	for i, x := range g {
+		if i == 3 || x.to-x.from < 1 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f µs per call at %s queued vs %.1f µs at %d", strings.ToUpper(x.cmd), x.to, fmtInt(int64(hi)), x.from, lo))
+	}
+	a := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[lo][op].P50 }).med
+	z := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[hi][op].P50 }).med
+	what := "no command inside the scripts grew by a microsecond per call"
+	if len(parts) > 0 {
+		what = "the commands whose time grew with the queue (commandstats, all calls of the samples): " + strings.Join(parts, "; ")
+	}
+	return fmt.Sprintf("**queue scaling, %s**: %s at %s queued vs %s at %d (%.1fx); %s.", op, fmtDur(z), fmtInt(int64(hi)), fmtDur(a), lo, z/math.Max(a, 1), what)
+}

@@ -1,0 +1,213 @@
+// Command benchmarks compares fairlock, on each of its adapters, with other
+// Redis lock libraries in one run against a redis-server it starts itself,
+// and writes BENCHMARKS.md, a chart and the raw figures. Run it with
+// scripts/benchmarks.sh from the repository root.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
+)
+
+func main() {
+	var (
+		out     = flag.String("out", "BENCHMARKS.md", "the report to write")
+		chart   = flag.String("chart", "benchmarks/contention.svg", "the chart to write (SVG); the report links to it by its path relative to the report")
+		raw     = flag.String("json", "benchmarks/results.json", "the raw figures to write")
+		binary  = flag.String("redis-server", "redis-server", "the redis-server binary")
+		quick   = flag.Bool("quick", false, "tiny settings: a smoke test of the whole run, not a measurement")
+		timeout = flag.Duration("timeout", 9*time.Minute, "stop everything after this long")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	set := fullSettings
+	if *quick {
+		set = quickSettings
+	}
+	if err := run(ctx, set, *binary, *out, *chart, *raw); err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+}
+
+func run(ctx context.Context, set settings, binary, out, chart, raw string) error {
+	start := time.Now()
+	res := newResults(set)
+	res.Meta = collectMeta(ctx, start)
+	dir, err := os.MkdirTemp("", "fairlock-benchmarks-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startRedis(binary, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	res.Meta.Redis = srv.version
+	logf("redis-server %s at %s; %d rounds; GOMAXPROCS %d", srv.version, srv.addr, set.Rounds, runtime.GOMAXPROCS(0))
+	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf}
+	for _, k := range b.kinds {
+		res.Kinds = append(res.Kinds, kindInfo{Name: k.name, Module: k.module, Version: moduleVersion(k.module), Settings: k.settings, Fairlock: k.fairlock})
+	}
+	for round := 1; round <= set.Rounds && ctx.Err() == nil; round++ {
+		b.round(ctx, round, res)
+	}
+	res.Meta.LoadAfter = loadAverage()
+	res.Meta.Elapsed = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		res.Errors = append(res.Errors, "run stopped early: "+err.Error())
+	}
+	if err := writeJSON(raw, res); err != nil {
+		return err
+	}
+	rel := chart
+	if absOut, err := filepath.Abs(out); err == nil {
+		if absChart, err := filepath.Abs(chart); err == nil {
+			if r, err := filepath.Rel(filepath.Dir(absOut), absChart); err == nil {
+				rel = r
+			}
+		}
+	}
+	if err := os.WriteFile(chart, []byte(renderChart(res)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(renderReport(res, filepath.ToSlash(rel))), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s, %s and %s in %v", out, chart, raw, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// round runs every scenario once, every lock in turn, so that a slow
+// stretch of the machine spreads over all locks rather than one.
+func (b *bench) round(ctx context.Context, round int, res *results) {
+	fail := func(what string, err error) {
+		msg := fmt.Sprintf("round %d: %s: %v", round, what, err)
+		logf("FAILED %s", msg)
+		res.Errors = append(res.Errors, msg)
+	}
+	logf("round %d: PING round trip", round)
+	if rtt, err := b.srv.pingRTT(ctx, b.set.PingSamples); err != nil {
+		fail("ping", err)
+	} else {
+		res.Ping = append(res.Ping, pingRound{RTT: lockbench.Summarize(rtt)})
+	}
+	for _, k := range b.kinds {
+		logf("round %d: uncontended: %s", round, k.name)
+		if r, err := b.uncontended(ctx, k); err != nil {
+			fail("uncontended "+k.name, err)
+		} else {
+			res.Uncontended[k.name] = append(res.Uncontended[k.name], r)
+		}
+	}
+	for _, n := range b.set.Contenders {
+		for _, k := range b.kinds {
+			if ctx.Err() != nil {
+				return
+			}
+			r, err := b.contended(ctx, k, n, false)
+			if err != nil {
+				fail(fmt.Sprintf("contended %s, %d contenders", k.name, n), err)
+				continue
+			}
+			logf("round %d: contended: %-16s %2d contenders: %8.0f/s, hand-over p50 %v, %.1f commands/acquisition, Jain %.2f",
+				round, k.name, n, r.Throughput, r.Handover.P50, r.CommandsPerAcq, r.Fairness)
+			res.addContended(k.name, r)
+		}
+	}
+	for _, k := range b.kinds {
+		if !k.fairlock {
+			continue
+		}
+		r, err := b.contended(ctx, k, b.set.Headline, true)
+		if err != nil {
+			fail("FIFO check "+k.name, err)
+			continue
+		}
+		logf("round %d: FIFO check: %s: %d violations in %d checked (%d snapshots)", round, k.name, r.FIFOViolations, r.FIFOChecked, r.FIFOSnapshots)
+		res.FIFO[k.name] = append(res.FIFO[k.name], r)
+	}
+	for _, k := range b.kinds {
+		if ctx.Err() != nil {
+			return
+		}
+		r, err := b.idleHandover(ctx, k)
+		if err != nil {
+			fail("idle hand-over "+k.name, err)
+			continue
+		}
+		logf("round %d: idle hand-over: %-16s p50 %v", round, k.name, r.Handover.P50)
+		res.Idle[k.name] = append(res.Idle[k.name], r)
+	}
+	for _, k := range b.kinds {
+		if ctx.Err() != nil {
+			return
+		}
+		r, err := b.manyLocks(ctx, k)
+		if err != nil {
+			fail("many locks "+k.name, err)
+			continue
+		}
+		logf("round %d: many locks: %-16s %8.0f/s, Lock p99 %v", round, k.name, r.Throughput, r.Lock.P99)
+		res.Many[k.name] = append(res.Many[k.name], r)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	logf("round %d: queue scaling: %s", round, b.kinds[0].name)
+	if r, err := b.queueScaling(ctx, b.kinds[0]); err != nil {
+		fail("queue scaling", err)
+	} else {
+		res.Queue = append(res.Queue, r)
+	}
+	for _, k := range b.waiterKinds() {
+		if ctx.Err() != nil {
+			return
+		}
+		r, err := b.idleWaiters(ctx, k, b.set.IdleWaiters)
+		if err != nil {
+			fail("idle waiters "+k.name, err)
+			continue
+		}
+		logf("round %d: %d idle waiters: %-16s server CPU %.3fs, client CPU %v, %d commands in %v",
+			round, r.Waiters, k.name, r.ServerCPU, r.ClientCPU.Round(time.Millisecond), r.Commands, r.Window.Round(time.Millisecond))
+		res.Waiters[k.name] = append(res.Waiters[k.name], r)
+	}
+}
+
+// waiterKinds are the locks of the idle-waiter scenario: fairlock on its
+// first adapter and rueidislock.
+func (b *bench) waiterKinds() []lockKind {
+	var out []lockKind
+	for _, k := range b.kinds {
+		if k.name == b.kinds[0].name || k.name == "rueidislock" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuickRun runs every scenario with tiny settings against a real
+// redis-server and checks that the report, chart and raw figures come out
+// whole. It needs redis-server (FAIRLOCK_REDIS_SERVER, PATH or
+// /usr/bin/redis-server) and takes about half a minute.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a whole quick run takes about half a minute")
+	}
+	binary := os.Getenv("FAIRLOCK_REDIS_SERVER")
+	if binary == "" {
+		binary = "/usr/bin/redis-server"
+		if p, err := exec.LookPath("redis-server"); err == nil {
+			binary = p
+		}
+	}
+	dir := t.TempDir()
+	out, chart, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "contention.svg"), filepath.Join(dir, "results.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := run(ctx, quickSettings, binary, out, chart, raw); err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	data, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) > 0 {
+		t.Errorf("errors during the run: %q", res.Errors)
+	}
+	for _, k := range lockKinds() {
+		if len(res.Uncontended[k.name]) != quickSettings.Rounds || len(res.Many[k.name]) != quickSettings.Rounds || len(res.Idle[k.name]) != quickSettings.Rounds {
+			t.Errorf("%s: rounds missing", k.name)
+		}
+		for _, n := range quickSettings.Contenders {
+			if len(res.Contended[k.name][n]) != quickSettings.Rounds {
+				t.Errorf("%s, %d contenders: %d rounds", k.name, n, len(res.Contended[k.name][n]))
+			}
+		}
+		if k.fairlock {
+			for _, f := range res.FIFO[k.name] {
+				if f.FIFOViolations != 0 || f.FIFOChecked == 0 {
+					t.Errorf("%s: FIFO %d violations in %d checked", k.name, f.FIFOViolations, f.FIFOChecked)
+				}
+			}
+		}
+	}
+	if len(res.Queue) != quickSettings.Rounds || len(res.Waiters) != 2 {
+		t.Errorf("%d queue-scaling rounds, idle waiters for %d locks", len(res.Queue), len(res.Waiters))
+	}
+	report, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, section := range []string{"## Setup", "## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. ", "## What bounds it", "(contention.svg)"} {
+		if !strings.Contains(string(report), section) {
+			t.Errorf("report has no %q", section)
+		}
+	}
+	svg, err := os.ReadFile(chart)
+	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "fairlock/rueidis") {
+		t.Errorf("chart: %v\n%.200s", err, svg)
+	}
+}

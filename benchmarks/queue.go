@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lockbench"
+)
+
+// injectQueue appends fake owners to a lock's queue, as acquire.lua queues
+// fairlock waiters: the owner at the tail of the list, its Redisson
+// deadline in the timeouts zset and its liveness deadline in the alive
+// zset, both 10 minutes ahead (so nobody purges them meanwhile).
+//
+// KEYS[1] queue, KEYS[2] timeouts, KEYS[3] alive; ARGV[1] how many,
+// ARGV[2] owner prefix, ARGV[3] deadline from now in ms.
+const injectQueue = `
+local t = redis.call('time')
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+local n = tonumber(ARGV[1])
+local i = 1
+while i <= n do
+  local owners, scores = {}, {}
+  for j = i, math.min(i + 499, n) do
+    local o = ARGV[2] .. j
+    owners[#owners + 1] = o
+    scores[#scores + 1] = deadline
+    scores[#scores + 1] = o
+  end
+  redis.call('rpush', KEYS[1], unpack(owners))
+  redis.call('zadd', KEYS[2], unpack(scores))
+  redis.call('zadd', KEYS[3], unpack(scores))
+  i = i + 500
+end
+return redis.call('llen', KEYS[1])
+`
+
+// fairlockKeys are a lock's keys by Redisson's naming (RULES.md): hash,
+// queue, timeouts, alive, token counter.
+func fairlockKeys(name string) []string {
+	tag := "{" + name + "}"
+	return []string{name, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag, "fairlock_lock_alive:" + tag, "redisson_lock_token:" + tag}
+}
+
+// queueOps are the operations timed at each queue length.
+var queueOps = []string{"enqueue", "leave", "unlock", "grant"}
+
+// recheck is the acquire calls an owner already queued at the tail makes
+// (after subscribing, and every heartbeat): timed too, not a target.
+const recheck = "re-check"
+
+// queueRound is scenario 5 in one round: the server time (SLOWLOG) of each
+// operation at each queue length.
+type queueRound struct {
+	// Server time of each call, by queue length and operation.
+	Times map[int]map[string]lockbench.Summary `json:"times"`
+	// GrantCalls is how many script calls the new holder made between the
+	// unlock and its Lock returning (0: the unlock granted the lock).
+	GrantCalls map[int]float64 `json:"grant_calls"`
+	// The commands the measured calls ran at each length (commandstats
+	// from the slowlog reset to the slowlog read, added over the samples;
+	// set-up and injection left out), with their server time.
+	Commands map[int]commandCalls `json:"commands"`
+	Skipped  int                  `json:"skipped"` // samples whose slowlog did not have the expected shape
+}
+
+// queueScaling measures, with N fake owners queued behind a real waiter
+// (W, first in line): a new owner E queueing at the tail (enqueue) and
+// giving up (leave), the holder H unlocking (unlock: hands the lock to W),
+// and W's own calls until its Lock returns (grant). Server time per call
+// comes from SLOWLOG with slowlog-log-slower-than 0, which isolates each
+// call; the calls are told apart by the owner field among their arguments.
+func (b *bench) queueScaling(ctx context.Context, k lockKind) (queueRound, error) {
+	r := queueRound{Times: map[int]map[string]lockbench.Summary{}, GrantCalls: map[int]float64{}, Commands: map[int]commandCalls{}}
+	clients, err := connectMany(k, b.srv.addr, 3, connOpts{})
+	if err != nil {
+		return r, err
+	}
+	defer closeAll(clients)
+	for _, cfg := range [][]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "4096"}} {
+		if err := b.srv.do(ctx, "CONFIG", "SET", cfg[0], cfg[1]).Error(); err != nil {
+			return r, err
+		}
+	}
+	defer func() {
+		cctx := context.WithoutCancel(ctx)
+		_ = b.srv.do(cctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Error()
+		_ = b.srv.do(cctx, "SLOWLOG", "RESET").Error()
+	}()
+	for _, n := range b.set.QueueLengths {
+		times := map[string][]time.Duration{}
+		var grantCalls int
+		samples := 0
+		r.Commands[n] = commandCalls{}
+		for range b.set.QueueSamples + 1 { // the first is a warm-up
+			got, calls, cmds, err := b.queueSample(ctx, clients, n)
+			if errors.Is(err, errSampleShape) {
+				r.Skipped++
+				continue
+			}
+			if err != nil {
+				return r, fmt.Errorf("queue of %d: %w", n, err)
+			}
+			if samples++; samples == 1 {
+				continue
+			}
+			for op, d := range got {
+				times[op] = append(times[op], d)
+			}
+			grantCalls += calls
+			for k, v := range cmds {
+				sum := r.Commands[n][k]
+				sum.Calls += v.Calls
+				sum.Usec += v.Usec
+				r.Commands[n][k] = sum
+			}
+		}
+		r.Times[n] = map[string]lockbench.Summary{}
+		for _, op := range append(queueOps, recheck) {
+			r.Times[n][op] = lockbench.Summarize(times[op])
+		}
+		if samples > 1 {
+			r.GrantCalls[n] = float64(grantCalls) / float64(samples-1)
+		}
+	}
+	return r, nil
+}
+
+var errSampleShape = errors.New("slowlog entries not as expected")
+
+func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (times map[string]time.Duration, grantCalls int, cmds commandCalls, err error) {
+	name := b.lockName("queue")
+	newMutex := func(i int) *lock.Mutex {
+		m, err := clients[i].mutex(name)
+		if err != nil {
+			panic(err) // the name is valid
+		}
+		return m
+	}
+	h, w, e := newMutex(0), newMutex(1), newMutex(2)
+	defer func() {
+		_ = b.srv.do(context.WithoutCancel(ctx), append([]string{"DEL"}, fairlockKeys(name)...)...).Error()
+	}()
+	if _, err := h.Lock(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	granted := make(chan error, 1)
+	go func() {
+		_, err := w.Lock(wctx)
+		granted <- err
+	}()
+	// W is first in line once the queue has one entry.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		st, err := h.Inspect(ctx, 0)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		if st.QueueLength == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, nil, errors.New("the waiter did not queue within 5s")
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if n > 0 {
+		keys := fairlockKeys(name)
+		args := []string{"EVAL", injectQueue, "3", keys[1], keys[2], keys[3], strconv.Itoa(n), "00000000-0000-4000-8000-000000000000:", "600000"}
+		if got, err := b.srv.do(ctx, args...).AsInt64(); err != nil || got != int64(n+1) {
+			return nil, 0, nil, fmt.Errorf("injecting %d owners: queue %d, %v", n, got, err)
+		}
+	}
+	if err := b.srv.do(ctx, "SLOWLOG", "RESET").Error(); err != nil {
+		return nil, 0, nil, err
+	}
+	before, err := b.srv.commandCalls(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	// E queues at the tail and gives up after 20 ms: enqueue, then leave.
+	if _, err := e.TryLock(ctx, 20*time.Millisecond, lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+		return nil, 0, nil, fmt.Errorf("TryLock behind the queue: %v, want ErrNotAcquired", err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	if err := <-granted; err != nil {
+		return nil, 0, nil, fmt.Errorf("waiter: %w", err)
+	}
+	// The new holder may take the grant up right after its Lock returns.
+	time.Sleep(10 * time.Millisecond)
+	entries, err := b.srv.slowlog(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	after, err := b.srv.commandCalls(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := w.Unlock(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	// Script calls by owner, in order.
+	byOwner := map[string][]slowEntry{}
+	for _, x := range entries {
+		if len(x.args) == 0 || !slices.Contains([]string{"EVALSHA", "EVAL", "evalsha", "eval"}, x.args[0]) {
+			continue
+		}
+		for _, m := range []*lock.Mutex{h, w, e} {
+			if o := m.Owner().String(); slices.Contains(x.args, o) {
+				byOwner[o] = append(byOwner[o], x)
+			}
+		}
+	}
+	eCalls, hCalls := byOwner[e.Owner().String()], byOwner[h.Owner().String()]
+	if len(eCalls) < 2 || len(hCalls) != 1 {
+		b.log("  queue %d: %d calls by the leaving owner (want 2 or more), %d by the holder (want 1): sample skipped", n, len(eCalls), len(hCalls))
+		return nil, 0, nil, errSampleShape
+	}
+	out := map[string]time.Duration{"enqueue": eCalls[0].duration, "leave": eCalls[len(eCalls)-1].duration, "unlock": hCalls[0].duration}
+	if len(eCalls) > 2 {
+		out[recheck] = eCalls[1].duration
+	}
+	var grant time.Duration
+	calls := 0
+	for _, x := range byOwner[w.Owner().String()] {
+		if x.id > hCalls[0].id {
+			grant += x.duration
+			calls++
+		}
+	}
+	if calls > 0 {
+		out["grant"] = grant
+	}
+	return out, calls, after.since(before), nil
+}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
+)
+
+// settings bound every scenario; quick settings make a smoke test.
+type settings struct {
+	Rounds          int           `json:"rounds"`
+	UncontendedOps  int           `json:"uncontended_ops"`
+	Contenders      []int         `json:"contenders"`
+	ContendedFor    time.Duration `json:"contended_for_ns"`
+	Drain           time.Duration `json:"drain_ns"`
+	Headline        int           `json:"headline_contenders"`
+	IdleHandovers   int           `json:"idle_handovers"`
+	IdleFor         time.Duration `json:"idle_for_ns"`
+	ManyWorkers     int           `json:"many_workers"`
+	ManyLocks       int           `json:"many_locks"`
+	ManyFor         time.Duration `json:"many_for_ns"`
+	QueueLengths    []int         `json:"queue_lengths"`
+	QueueSamples    int           `json:"queue_samples"`
+	IdleWaiters     int           `json:"idle_waiters"`
+	IdleWaitersFor  time.Duration `json:"idle_waiters_for_ns"`
+	PingSamples     int           `json:"ping_samples"`
+	MaxContendedOps int           `json:"max_contended_ops"`
+}
+
+var fullSettings = settings{
+	Rounds:          2,
+	UncontendedOps:  2000,
+	Contenders:      []int{1, 2, 4, 8, 16, 32},
+	ContendedFor:    1500 * time.Millisecond,
+	Drain:           2 * time.Second,
+	Headline:        16,
+	IdleHandovers:   20,
+	IdleFor:         30 * time.Millisecond,
+	ManyWorkers:     64,
+	ManyLocks:       1024,
+	ManyFor:         2 * time.Second,
+	QueueLengths:    []int{0, 100, 1000, 10000},
+	QueueSamples:    30,
+	IdleWaiters:     1000,
+	IdleWaitersFor:  10 * time.Second,
+	PingSamples:     2000,
+	MaxContendedOps: 200_000,
+}
+
+var quickSettings = settings{
+	Rounds:          2,
+	UncontendedOps:  100,
+	Contenders:      []int{1, 4, 16},
+	ContendedFor:    200 * time.Millisecond,
+	Drain:           time.Second,
+	Headline:        16,
+	IdleHandovers:   3,
+	IdleFor:         10 * time.Millisecond,
+	ManyWorkers:     64,
+	ManyLocks:       1024,
+	ManyFor:         200 * time.Millisecond,
+	QueueLengths:    []int{0, 1000},
+	QueueSamples:    3,
+	IdleWaiters:     50,
+	IdleWaitersFor:  time.Second,
+	PingSamples:     100,
+	MaxContendedOps: 200_000,
+}
+
+// bench is one run of every scenario.
+type bench struct {
+	srv   *redisServer
+	kinds []lockKind
+	set   settings
+	log   func(format string, a ...any)
+	seq   int // makes every lock name unique
+}
+
+func (b *bench) lockName(scenario string) string {
+	b.seq++
+	return fmt.Sprintf("bench:%s:%d", scenario, b.seq)
+}
+
+// uncontendedRound is scenario 1 for one lock in one round.
+type uncontendedRound struct {
+	lockbench.UncontendedResult
+	CommandsPerPair float64      `json:"commands_per_pair"`
+	Commands        commandCalls `json:"command_calls"`
+}
+
+func (b *bench) uncontended(ctx context.Context, k lockKind) (uncontendedRound, error) {
+	var r uncontendedRound
+	c, err := k.connect(b.srv.addr, connOpts{})
+	if err != nil {
+		return r, err
+	}
+	defer c.close()
+	l, err := c.locker(b.lockName("uncontended"))
+	if err != nil {
+		return r, err
+	}
+	// Warm up first (scripts loaded, connections open) so that the
+	// commands counted are the steady state's.
+	if _, err := lockbench.Uncontended(ctx, l, 50, 0); err != nil {
+		return r, err
+	}
+	m, err := b.srv.startMeter(ctx)
+	if err != nil {
+		return r, err
+	}
+	if r.UncontendedResult, err = lockbench.Uncontended(ctx, l, b.set.UncontendedOps, 0); err != nil {
+		return r, err
+	}
+	u, err := m.end(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.CommandsPerPair = float64(u.calls.total()) / float64(b.set.UncontendedOps)
+	r.Commands = u.calls
+	return r, nil
+}
+
+// contendedRound is scenario 2 for one lock, one number of contenders, in
+// one round.
+type contendedRound struct {
+	Contenders     int               `json:"contenders"`
+	Acquisitions   int               `json:"acquisitions"` // all, drain included
+	InWindow       int               `json:"in_window"`
+	Throughput     float64           `json:"throughput_per_s"`
+	Handover       lockbench.Summary `json:"handover"`
+	Wait           lockbench.Summary `json:"wait"`
+	MaxWait        time.Duration     `json:"max_wait_ns"` // cancelled waits included
+	Unfinished     int               `json:"unfinished"`  // waits cancelled at the end of the drain
+	Overtakes      int               `json:"overtakes"`
+	Fairness       float64           `json:"jain"`
+	Commands       int64             `json:"commands"`
+	CommandsPerAcq float64           `json:"commands_per_acquisition"`
+	TopCommands    commandCalls      `json:"command_calls"`
+	ServerCPU      float64           `json:"server_cpu_s"`
+	ClientCPU      time.Duration     `json:"client_cpu_ns"`
+	Wall           time.Duration     `json:"wall_ns"`
+	MachineBusy    float64           `json:"machine_busy"` // all processes, all cores
+	// FIFO: fairlock only, in a separate run with the queue sampler.
+	FIFOChecked    int `json:"fifo_checked,omitempty"`
+	FIFOViolations int `json:"fifo_violations,omitempty"`
+	FIFOSnapshots  int `json:"fifo_snapshots,omitempty"`
+	// The hand-overs of the FIFO runs split at the moment the new holder's
+	// wake-up message arrived (lock.Observer's Woken): from the previous
+	// Unlock returning to the message, and from the message to Lock
+	// returning. WokenShare is the share of hand-overs that had one.
+	ToWake     lockbench.Summary `json:"release_to_wake"`
+	WakeToLock lockbench.Summary `json:"wake_to_lock"`
+	WokenShare float64           `json:"woken_share"`
+}
+
+// contended runs n contenders, each with its own client, on one lock.
+// With fifo the queue sampler runs alongside and FIFO order is checked;
+// those runs are kept apart because the sampler's reads would be counted
+// as the lock's commands and take CPU from it.
+func (b *bench) contended(ctx context.Context, k lockKind, n int, fifo bool) (contendedRound, error) {
+	r := contendedRound{Contenders: n}
+	var rec *wakeRecorder
+	opts := connOpts{}
+	if fifo {
+		rec = newWakeRecorder()
+		opts.observer = rec
+	}
+	clients, err := connectMany(k, b.srv.addr, n+1, opts) // one more for the sampler
+	if err != nil {
+		return r, err
+	}
+	defer closeAll(clients)
+	name := b.lockName("contended")
+	lockers := make([]lockbench.Locker, n)
+	for i := range lockers {
+		if lockers[i], err = clients[i].locker(name); err != nil {
+			return r, err
+		}
+		// One uncontended pair each: scripts loaded, connections open.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := lockbench.Uncontended(wctx, lockers[i], 1, 0)
+		cancel()
+		if err != nil {
+			return r, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	var owners []string
+	var stop func() []lockbench.QueueSnapshot
+	if fifo {
+		spy, err := clients[n].mutex(name)
+		if err != nil {
+			return r, err
+		}
+		// The lockers are fairlock Mutexes made in order; their owner
+		// fields are needed to map tokens to owners.
+		owners = make([]string, n)
+		for i := range lockers {
+			m, err := clients[i].mutex(name)
+			if err != nil {
+				return r, err
+			}
+			lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner().String()
+		}
+		stop = lockbench.SampleQueue(ctx, spy, n, time.Millisecond)
+	}
+	m, err := b.srv.startMeter(ctx)
+	if err != nil {
+		return r, err
+	}
+	run, err := lockbench.Contended(ctx, lockers, lockbench.Contention{
+		Duration: b.set.ContendedFor, Drain: b.set.Drain, Acquisitions: b.set.MaxContendedOps,
+	})
+	var snaps []lockbench.QueueSnapshot
+	if stop != nil {
+		snaps = stop()
+	}
+	if err != nil {
+		return r, err
+	}
+	u, err := m.end(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Acquisitions, r.InWindow = len(run.Acquisitions), run.InWindow()
+	r.Throughput = run.Throughput()
+	r.Handover = lockbench.Summarize(run.Handovers())
+	r.Wait = lockbench.Summarize(run.Waits())
+	r.MaxWait, r.Unfinished = run.MaxWait(), len(run.Unfinished)
+	r.Overtakes, r.Fairness = run.Overtakes(), run.Fairness()
+	r.Commands, r.TopCommands = u.calls.total(), u.calls
+	if r.Acquisitions > 0 {
+		r.CommandsPerAcq = float64(r.Commands) / float64(r.Acquisitions)
+	}
+	r.ServerCPU, r.ClientCPU, r.Wall, r.MachineBusy = u.serverCPU, u.clientCPU, u.wall, u.machineBusy
+	if fifo {
+		acquiredBy := make(map[int64]string, len(run.Acquisitions))
+		for _, a := range run.Acquisitions {
+			acquiredBy[a.Token] = owners[a.Contender]
+		}
+		var v []lockbench.FIFOViolation
+		r.FIFOChecked, v = lockbench.CheckSnapshots(snaps, acquiredBy)
+		r.FIFOViolations, r.FIFOSnapshots = len(v), len(snaps)
+		r.ToWake, r.WakeToLock, r.WokenShare = splitHandovers(run, owners, rec)
+		for i, x := range v {
+			if i == 5 {
+				break
+			}
+			b.log("  FIFO violation: token %d went to %s, expected %s", x.Position, x.Got, x.Expected)
+		}
+	}
+	return r, nil
+}
+
+// idleRound is scenario 3: hand-over to a waiter that was waiting idle.
+type idleRound struct {
+	Handover lockbench.Summary `json:"handover"`
+}
+
+func (b *bench) idleHandover(ctx context.Context, k lockKind) (idleRound, error) {
+	var r idleRound
+	clients, err := connectMany(k, b.srv.addr, 2, connOpts{})
+	if err != nil {
+		return r, err
+	}
+	defer closeAll(clients)
+	name := b.lockName("idle")
+	holder, err := clients[0].locker(name)
+	if err != nil {
+		return r, err
+	}
+	waiter, err := clients[1].locker(name)
+	if err != nil {
+		return r, err
+	}
+	for _, l := range []lockbench.Locker{holder, waiter} {
+		if _, err := lockbench.Uncontended(ctx, l, 1, 0); err != nil {
+			return r, err
+		}
+	}
+	h, err := lockbench.IdleHandover(ctx, holder, waiter, b.set.IdleHandovers, b.set.IdleFor, 5*time.Second)
+	if err != nil {
+		return r, err
+	}
+	r.Handover = lockbench.Summarize(h)
+	return r, nil
+}
+
+// manyRound is scenario 4: many goroutines over many lock names, one client.
+type manyRound struct {
+	Acquisitions int               `json:"acquisitions"`
+	Throughput   float64           `json:"throughput_per_s"`
+	Lock         lockbench.Summary `json:"lock"`
+	Commands     commandCalls      `json:"command_calls"`
+	ServerCPU    float64           `json:"server_cpu_s"`
+	ClientCPU    time.Duration     `json:"client_cpu_ns"`
+	Wall         time.Duration     `json:"wall_ns"`
+	MachineBusy  float64           `json:"machine_busy"`
+}
+
+func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
+	var r manyRound
+	c, err := k.connect(b.srv.addr, connOpts{})
+	if err != nil {
+		return r, err
+	}
+	defer c.close()
+	prefix := b.lockName("many")
+	newLocker := func(_, k int) (lockbench.Locker, error) { return c.locker(fmt.Sprintf("%s:%d", prefix, k)) }
+	// Warm-up: a short run on the same client.
+	if _, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Acquisitions: 200, Duration: time.Second}); err != nil {
+		return r, fmt.Errorf("warm-up: %w", err)
+	}
+	m, err := b.srv.startMeter(ctx)
+	if err != nil {
+		return r, err
+	}
+	run, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{
+		Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain,
+	})
+	if err != nil {
+		return r, err
+	}
+	u, err := m.end(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Commands, r.ServerCPU, r.ClientCPU, r.Wall, r.MachineBusy = u.calls, u.serverCPU, u.clientCPU, u.wall, u.machineBusy
+	r.Acquisitions, r.Throughput, r.Lock = len(run.Lock), run.Throughput(), lockbench.Summarize(run.Lock)
+	return r, nil
+}
+
+// splitHandovers splits each hand-over at the new holder's last wake-up
+// before its Lock returned (see contendedRound).
+func splitHandovers(run *lockbench.ContendedRun, owners []string, rec *wakeRecorder) (toWake, wakeToLock lockbench.Summary, share float64) {
+	calls := make([][]wakeRecord, len(owners))
+	for i, o := range owners {
+		calls[i] = rec.forOwner(o)
+	}
+	// The k-th acquisition of a contender is its k-th acquire call: the
+	// contenders' Lock calls only end by acquiring, but for the last,
+	// cancelled one.
+	nth := make([]int, len(owners))
+	var a, b []time.Duration
+	total := 0
+	for i, x := range run.Acquisitions {
+		k := nth[x.Contender]
+		nth[x.Contender]++
+		if i == 0 || run.Acquisitions[i-1].Contender == x.Contender {
+			continue
+		}
+		total++
+		prev := run.Acquisitions[i-1]
+		if k >= len(calls[x.Contender]) {
+			continue
+		}
+		w := calls[x.Contender][k].woken
+		if w.IsZero() || w.Before(x.Called) || w.After(x.Acquired) {
+			continue
+		}
+		a, b = append(a, w.Sub(prev.Released)), append(b, x.Acquired.Sub(w))
+	}
+	if total > 0 {
+		share = float64(len(a)) / float64(total)
+	}
+	return lockbench.Summarize(a), lockbench.Summarize(b), share
+}
