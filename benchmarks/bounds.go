@@ -34,11 +34,15 @@ func (r *report) boundNote(what, kind string) string {
 		switch what {
 		case "throughput":
 			cycle := float64(time.Second) / spreadBy(c, func(x contendedRound) float64 { return x.Throughput }).med
+			prof := ""
+			if p := r.profileLine(kind); p != "" {
+				prof = " Client CPU profile of the FIFO run: " + p + "."
+			}
 			return fmt.Sprintf("**%s, %d contenders, throughput**: one acquisition every %s, of which the hand-over (p50 %s) is %s. "+
 				"A FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain). "+
-				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU; %s.",
+				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU (%s of CPU per acquisition against %s between acquisitions); %s.%s",
 				kind, r.Settings.Headline, fmtDur(cycle), fmtDur(hand), fmtPct(hand/cycle),
-				scripts, fmtDur(serverCPU), fmtDur(clientCPU), cpuVerdict(ours, machine))
+				scripts, fmtDur(serverCPU), fmtDur(clientCPU), fmtDur(serverCPU+clientCPU), fmtDur(cycle), cpuVerdict(ours, machine), prof)
 		case "handover":
 			f := r.FIFO[kind]
 			split := ""
@@ -55,11 +59,15 @@ func (r *report) boundNote(what, kind string) string {
 					spreadBy(r.Queue, func(q queueRound) float64 { return q.GrantCalls[lo] }).med)
 			}
 			idle := durSpread(r.Idle[kind], func(i idleRound) time.Duration { return i.Handover.P50 }).med
-			return fmt.Sprintf("**%s, hand-over**: p50 %s with %d contenders and %s to an idle waiter, against a PING round trip of %s.%s%s %s.",
+			return fmt.Sprintf("**%s, hand-over**: p50 %s with %d contenders and %s to an idle waiter, against a PING round trip of %s.%s%s Under contention %s.",
 				kind, fmtDur(hand), r.Settings.Headline, fmtDur(idle), fmtDur(r.rtt), split, grant, cpuVerdict(ours, machine))
 		default:
-			return fmt.Sprintf("**%s, commands per acquisition**: %s. That is %.1f script calls per acquisition, each running its bookkeeping (TIME, deadlines in two zsets, key expiries), all counted by commandstats.",
-				kind, topCommands(c[0].TopCommands, float64(c[0].Acquisitions), 10), scripts)
+			sc := ""
+			if s := r.scriptsPerAcq(kind); s != "" {
+				sc = " By script (SLOWLOG of the FIFO run, whose sampler's inspect calls are not the lock's): " + s + "."
+			}
+			return fmt.Sprintf("**%s, commands per acquisition**: %s. That is %.1f script calls per acquisition, each running its bookkeeping (TIME, deadlines in two zsets, key expiries), all counted by commandstats.%s",
+				kind, topCommands(c[0].TopCommands, float64(c[0].Acquisitions), 10), scripts, sc)
 		}
 	case "fifo":
 		return fmt.Sprintf("**%s, FIFO**: see the violations the run logged; each is a token that a queue snapshot promised to another owner.", kind)
@@ -80,11 +88,15 @@ func (r *report) boundNote(what, kind string) string {
 			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
 		}).med
 		machine := spreadBy(m, func(x manyRound) float64 { return x.MachineBusy }).med
-		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s. %s.",
+		slow := ""
+		if what == "manyp99" {
+			slow = " " + r.slowLine(kind)
+		}
+		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s. %s.%s",
 			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
-			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine))
+			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow)
 	case "queue":
-		return r.queueNote(kind)
+		return "" // one note for all operations: see bounds
 	case "waiters":
 		f, ref := r.Waiters[r.Kinds[0].Name], r.Waiters[reference]
 		if len(f) == 0 || len(ref) == 0 {
@@ -117,6 +129,43 @@ func (r *report) boundNote(what, kind string) string {
 	return ""
 }
 
+// scriptsPerAcq lists the script calls per acquisition of a lock's first
+// FIFO run, with their mean server time.
+func (r *report) scriptsPerAcq(kind string) string {
+	f := r.FIFO[kind]
+	if len(f) == 0 || len(f[0].Scripts) == 0 || f[0].Acquisitions == 0 {
+		return ""
+	}
+	var parts []string
+	for _, s := range f[0].Scripts {
+		parts = append(parts, fmt.Sprintf("%s %.2f per acquisition, %s each", s.Script, float64(s.Calls)/float64(f[0].Acquisitions), fmtDur(float64(s.Server)/float64(s.Calls))))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// profileLine summarises the CPU profile of a lock's first FIFO run.
+func (r *report) profileLine(kind string) string {
+	for _, f := range r.FIFO[kind] {
+		p := f.Profile
+		if p == nil {
+			continue
+		}
+		share := func(xs []profileShare, n int) string {
+			var parts []string
+			for i, x := range xs {
+				if i == n {
+					break
+				}
+				parts = append(parts, fmt.Sprintf("%s %s", x.Name, fmtPct(x.Share)))
+			}
+			return strings.Join(parts, ", ")
+		}
+		return fmt.Sprintf("by package (own time): %s; most own time: %s; most time in library code, callees included: %s",
+			share(p.Packages, 6), share(p.Functions, 6), share(p.Cum, 6))
+	}
+	return ""
+}
+
 func pick(u uncontendedRound, q string) time.Duration {
 	if q == "p99" {
 		return u.Pair.P99
@@ -135,9 +184,27 @@ func cpuVerdict(ours, machine float64) string {
 	return s + ": not CPU-bound"
 }
 
-// queueNote names the commands inside the scripts whose server time grew
+// slowLine describes the slow Lock calls of the observed many-locks runs.
+func (r *report) slowLine(kind string) string {
+	s := r.ManySlow[kind]
+	if len(s) == 0 {
+		return ""
+	}
+	x := s[0]
+	if x.Slow == 0 {
+		return fmt.Sprintf("In a run with an observer, no Lock call of %s took %s or more.", fmtInt(int64(x.Calls)), x.Threshold)
+	}
+	return fmt.Sprintf("In a run with an observer (first round), %s of %s Lock calls took %s or more; %s of those queued and %s got a wake-up message, "+
+		"the first p50 %s (max %s) after the call, and returned p50 %s (max %s) after the last; %s got none and acquired by an attempt of their own after p50 %s (max %s).",
+		fmtInt(int64(x.Slow)), fmtInt(int64(x.Calls)), x.Threshold, fmtInt(int64(x.Queued)), fmtInt(int64(x.Woken)),
+		fmtDur(float64(x.ToWake.P50)), fmtDur(float64(x.ToWake.Max)), fmtDur(float64(x.WakeToEnd.P50)), fmtDur(float64(x.WakeToEnd.Max)),
+		fmtInt(int64(x.Slow-x.Woken)), fmtDur(float64(x.Unwoken.P50)), fmtDur(float64(x.Unwoken.Max)))
+}
+
+// queueNote gives the figures of the queue operations that missed the
+// target and names the commands inside the scripts whose server time grew
 // most from the shortest queue to the longest (commandstats per length).
-func (r *report) queueNote(op string) string {
+func (r *report) queueNote(ops []string) string {
 	if len(r.Queue) == 0 {
 		return ""
 	}
@@ -150,8 +217,8 @@ func (r *report) queueNote(op string) string {
 	}
 	var g []growth
 	for cmd, st := range q.Commands[hi] {
-		if st.Calls == 0 {
-			continue
+		if st.Calls == 0 || cmd == "evalsha" || cmd == "eval" {
+			continue // the scripts themselves
 		}
 		to := float64(st.Usec) / float64(st.Calls)
 		from := 0.0
@@ -168,11 +235,20 @@ func (r *report) queueNote(op string) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f µs per call at %s queued vs %.1f µs at %d", strings.ToUpper(x.cmd), x.to, fmtInt(int64(hi)), x.from, lo))
 	}
-	a := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[lo][op].P50 }).med
-	z := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[hi][op].P50 }).med
+	var figures []string
+	for _, op := range ops {
+		a := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[lo][op].P50 }).med
+		z := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[hi][op].P50 }).med
+		figures = append(figures, fmt.Sprintf("%s %s vs %s (%.1fx)", op, fmtDur(z), fmtDur(a), z/math.Max(a, 1)))
+	}
 	what := "no command inside the scripts grew by a microsecond per call"
 	if len(parts) > 0 {
-		what = "the commands whose time grew with the queue (commandstats, all calls of the samples): " + strings.Join(parts, "; ")
+		what = "inside the scripts, the commands whose server time per call grew most (commandstats over the measured calls): " + strings.Join(parts, "; ")
 	}
-	return fmt.Sprintf("**queue scaling, %s**: %s at %s queued vs %s at %d (%.1fx); %s.", op, fmtDur(z), fmtInt(int64(hi)), fmtDur(a), lo, z/math.Max(a, 1), what)
+	lrem := ""
+	if len(g) > 0 && g[0].cmd == "lrem" {
+		lrem = " LREM, which takes an owner out of the list, scans the list from the head: O(N) in the queue length."
+	}
+	return fmt.Sprintf("**queue scaling** at %s queued against %d: %s. %s.%s",
+		fmtInt(int64(hi)), lo, strings.Join(figures, ", "), what, lrem)
 }

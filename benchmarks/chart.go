@@ -169,11 +169,19 @@ func (r *report) bounds() {
 	}
 	r.p("One note per target missed, from this run's figures (commandstats, SLOWLOG, CPU).")
 	r.p("")
+	var queueOps []string
 	for _, m := range missed {
 		what, kind, _ := strings.Cut(m, ":")
+		if what == "queue" {
+			queueOps = append(queueOps, kind)
+			continue
+		}
 		if note := r.boundNote(what, kind); note != "" {
 			r.p("- %s", note)
 		}
+	}
+	if len(queueOps) > 0 {
+		r.p("- %s", r.queueNote(queueOps))
 	}
 	r.p("")
 }

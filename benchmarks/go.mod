@@ -8,6 +8,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/fairlock/fairlock v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/google/pprof v0.0.0-20261016150608-1facf8f91b50
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/valkey-io/valkey-go v1.0.79

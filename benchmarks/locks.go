@@ -84,6 +84,7 @@ type lockKind struct {
 type connOpts struct {
 	small    bool          // 64 KiB connection buffers (idle waiters)
 	observer lock.Observer // fairlock only: see wakeRecorder
+	lease    time.Duration // fairlock only: the watchdog lease, when not the default
 }
 
 // client is one connection set of a lock library: each call of locker
@@ -155,6 +156,9 @@ func fairlockConnect(a fairlockAdapter) func(addr string, o connOpts) (*client, 
 		var opts []lock.Option
 		if o.observer != nil {
 			opts = append(opts, lock.WithObserver(o.observer))
+		}
+		if o.lease > 0 {
+			opts = append(opts, lock.WithLease(o.lease))
 		}
 		lc, err := lock.NewClient(b, opts...)
 		if err != nil {
@@ -333,18 +337,20 @@ func closeAll(clients []*client) {
 	}
 }
 
-// wakeRecorder is a lock.Observer that notes, for each acquire call, when
-// the last wake-up message arrived: it splits a hand-over into the
-// message's delivery and the client's work after it. Used in the FIFO
-// runs only, which are instrumented anyway.
+// wakeRecorder is a lock.Observer that records each acquire call: when it
+// started, queued, was woken, and ended. It splits a hand-over into the
+// wake-up message's delivery and the client's work after it, and tells a
+// slow Lock that waited for a message from one that waited for a timer.
+// Used in instrumented runs only.
 type wakeRecorder struct {
 	mu    sync.Mutex
 	calls map[string][]wakeRecord // by owner, in call order
 }
 
 type wakeRecord struct {
-	woken   time.Time // zero: no wake-up
-	wakeups int
+	start, queued, firstWake, lastWake, end time.Time // zero: did not happen
+	wakeups, position                       int
+	err                                     error
 }
 
 func newWakeRecorder() *wakeRecorder { return &wakeRecorder{calls: map[string][]wakeRecord{}} }
@@ -356,8 +362,19 @@ func (w *wakeRecorder) forOwner(owner string) []wakeRecord {
 	return w.calls[owner]
 }
 
+// all returns every call recorded.
+func (w *wakeRecorder) all() []wakeRecord {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []wakeRecord
+	for _, c := range w.calls {
+		out = append(out, c...)
+	}
+	return out
+}
+
 func (w *wakeRecorder) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
-	return ctx, &wakeTracker{w: w, owner: c.Owner.String()}
+	return ctx, &wakeTracker{w: w, owner: c.Owner.String(), rec: wakeRecord{start: time.Now()}}
 }
 
 func (w *wakeRecorder) StartRelease(ctx context.Context, _ lock.Call) (context.Context, lock.ReleaseTracker) {
@@ -373,12 +390,17 @@ type wakeTracker struct {
 	rec   wakeRecord
 }
 
-func (t *wakeTracker) Queued(int) {}
+func (t *wakeTracker) Queued(int) { t.rec.queued = time.Now() }
 func (t *wakeTracker) Woken(bool) {
-	t.rec.woken = time.Now()
+	now := time.Now()
+	if t.rec.firstWake.IsZero() {
+		t.rec.firstWake = now
+	}
+	t.rec.lastWake = now
 	t.rec.wakeups++
 }
-func (t *wakeTracker) End(lock.AcquireResult) {
+func (t *wakeTracker) End(r lock.AcquireResult) {
+	t.rec.end, t.rec.position, t.rec.err = time.Now(), r.Position, r.Err
 	t.w.mu.Lock()
 	t.w.calls[t.owner] = append(t.w.calls[t.owner], t.rec)
 	t.w.mu.Unlock()

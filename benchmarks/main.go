@@ -62,9 +62,13 @@ func run(ctx context.Context, set settings, binary, out, chart, raw string) erro
 	defer srv.stop()
 	res.Meta.Redis = srv.version
 	logf("redis-server %s at %s; %d rounds; GOMAXPROCS %d", srv.version, srv.addr, set.Rounds, runtime.GOMAXPROCS(0))
-	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf}
+	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf, profiled: map[string]bool{}}
 	for _, k := range b.kinds {
 		res.Kinds = append(res.Kinds, kindInfo{Name: k.name, Module: k.module, Version: moduleVersion(k.module), Settings: k.settings, Fairlock: k.fairlock})
+	}
+	if b.scripts, err = b.calibrateScripts(ctx, b.kinds[0]); err != nil {
+		res.Errors = append(res.Errors, "naming fairlock's scripts: "+err.Error())
+		logf("naming fairlock's scripts: %v", err)
 	}
 	for round := 1; round <= set.Rounds && ctx.Err() == nil; round++ {
 		b.round(ctx, round, res)
@@ -167,6 +171,18 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		}
 		logf("round %d: many locks: %-16s %8.0f/s, Lock p99 %v", round, k.name, r.Throughput, r.Lock.P99)
 		res.Many[k.name] = append(res.Many[k.name], r)
+	}
+	for _, k := range b.kinds {
+		if !k.fairlock || ctx.Err() != nil {
+			continue
+		}
+		s, err := b.manySlow(ctx, k)
+		if err != nil {
+			fail("many locks, observed "+k.name, err)
+			continue
+		}
+		logf("round %d: many locks, observed: %s: %d of %d Lock calls over %v, %d of them woken by a message", round, k.name, s.Slow, s.Calls, s.Threshold, s.Woken)
+		res.ManySlow[k.name] = append(res.ManySlow[k.name], s)
 	}
 	if ctx.Err() != nil {
 		return

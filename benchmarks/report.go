@@ -234,8 +234,10 @@ func (r *report) setup() {
 	r.p("4. **Many locks**: %d goroutines on one client over %s lock names picked at random, for %s.", set.ManyWorkers, fmtInt(int64(set.ManyLocks)), set.ManyFor)
 	r.p("5. **Queue scaling** (fairlock): server time per call from SLOWLOG (slowlog-log-slower-than 0, which times each call on its own), with 0 to %s owners injected into the queue (list and both zsets, as acquire.lua writes them, deadlines 10 minutes ahead) behind a real waiter first in line; %d samples per length and round.",
 		fmtInt(int64(slices.Max(set.QueueLengths))), set.QueueSamples)
-	r.p("6. **Idle waiters**: one holder and %s waiters on one lock, each waiter with its own client (every one of them: nothing was left out), for %s: server CPU (INFO cpu, used_cpu_sys + used_cpu_user) and this process's CPU (getrusage). Clients here use 64 KiB connection buffers instead of 0.5 MiB (the same for both).",
-		fmtInt(int64(set.IdleWaiters)), set.IdleWaitersFor)
+	r.p("6. **Idle waiters**: one holder and %s waiters on one lock, each waiter with a client of its own (all %s of them fit), for %s after all are waiting: server CPU (INFO cpu, used_cpu_sys + used_cpu_user) and this process's CPU (getrusage). Clients here use 64 KiB connection buffers instead of the default 0.5 MiB (the same for both locks).",
+		fmtInt(int64(set.IdleWaiters)), fmtInt(int64(set.IdleWaiters)), set.IdleWaitersFor)
+	r.p("")
+	r.p("Instrumented runs, kept apart from the measured ones: the FIFO runs (queue sampler, lock.Observer recording wake-ups, SLOWLOG of every command, and in the first round a CPU profile of this process) and, for fairlock, a second many-locks run with the observer.")
 	r.p("")
 }
 
@@ -468,6 +470,14 @@ func (r *report) contended(chartPath string) {
 			durSpread(f, func(x contendedRound) time.Duration { return x.WakeToLock.P99 }).cell(fmtDur),
 			durSpread(f, func(x contendedRound) time.Duration { return x.Handover.P50 }).cell(fmtDur))
 		r.p("")
+		if sc := r.scriptsPerAcq(k.Name); sc != "" {
+			r.p("%s script calls in the first FIFO run (SLOWLOG; the scripts named by a calibration run at the start): %s.", k.Name, sc)
+			r.p("")
+		}
+		if p := r.profileLine(k.Name); p != "" {
+			r.p("%s client CPU profile of the first FIFO run (runtime/pprof, %s of samples): %s.", k.Name, fmtDur(float64(f[0].Profile.Total)), p)
+			r.p("")
+		}
 	}
 	r.p("Commands per acquisition by command, %d contenders:", n)
 	r.p("")
@@ -579,6 +589,12 @@ func (r *report) manyLocks() {
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
 	}
 	r.p("")
+	for _, k := range r.fairlocks() {
+		if line := r.slowLine(k.Name); line != "" {
+			r.p("%s: %s", k.Name, line)
+			r.p("")
+		}
+	}
 }
 
 func (r *report) queueScaling() {

@@ -22,6 +22,7 @@ type results struct {
 	FIFO        map[string][]contendedRound         `json:"fifo"`
 	Idle        map[string][]idleRound              `json:"idle_handover"`
 	Many        map[string][]manyRound              `json:"many_locks"`
+	ManySlow    map[string][]slowCalls              `json:"many_locks_observed"`
 	Queue       []queueRound                        `json:"queue_scaling"`
 	Waiters     map[string][]waitersRound           `json:"idle_waiters"`
 	Errors      []string                            `json:"errors"`
@@ -35,6 +36,7 @@ func newResults(set settings) *results {
 		FIFO:        map[string][]contendedRound{},
 		Idle:        map[string][]idleRound{},
 		Many:        map[string][]manyRound{},
+		ManySlow:    map[string][]slowCalls{},
 		Waiters:     map[string][]waitersRound{},
 	}
 }

@@ -71,11 +71,13 @@ var quickSettings = settings{
 
 // bench is one run of every scenario.
 type bench struct {
-	srv   *redisServer
-	kinds []lockKind
-	set   settings
-	log   func(format string, a ...any)
-	seq   int // makes every lock name unique
+	srv      *redisServer
+	kinds    []lockKind
+	set      settings
+	log      func(format string, a ...any)
+	seq      int               // makes every lock name unique
+	profiled map[string]bool   // FIFO runs already profiled, by lock
+	scripts  map[string]string // fairlock's scripts by SHA-1 prefix (calibrateScripts)
 }
 
 func (b *bench) lockName(scenario string) string {
@@ -153,6 +155,10 @@ type contendedRound struct {
 	ToWake     lockbench.Summary `json:"release_to_wake"`
 	WakeToLock lockbench.Summary `json:"wake_to_lock"`
 	WokenShare float64           `json:"woken_share"`
+	// Scripts are the script calls of the FIFO run (SLOWLOG), and Profile
+	// where this process's CPU went (first round only).
+	Scripts []scriptStat    `json:"scripts,omitempty"`
+	Profile *profileSummary `json:"profile,omitempty"`
 }
 
 // contended runs n contenders, each with its own client, on one lock.
@@ -205,6 +211,21 @@ func (b *bench) contended(ctx context.Context, k lockKind, n int, fifo bool) (co
 		}
 		stop = lockbench.SampleQueue(ctx, spy, n, time.Millisecond)
 	}
+	var (
+		stopSlowlog func() ([]slowEntry, error)
+		stopProfile func() (*profileSummary, error)
+	)
+	if fifo {
+		if stopSlowlog, err = b.srv.startSlowlog(ctx); err != nil {
+			return r, err
+		}
+		if !b.profiled[k.name] {
+			b.profiled[k.name] = true
+			if stopProfile, err = startProfile(); err != nil {
+				return r, err
+			}
+		}
+	}
 	m, err := b.srv.startMeter(ctx)
 	if err != nil {
 		return r, err
@@ -215,6 +236,19 @@ func (b *bench) contended(ctx context.Context, k lockKind, n int, fifo bool) (co
 	var snaps []lockbench.QueueSnapshot
 	if stop != nil {
 		snaps = stop()
+	}
+	if stopProfile != nil {
+		var perr error
+		if r.Profile, perr = stopProfile(); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if stopSlowlog != nil {
+		entries, serr := stopSlowlog()
+		if serr != nil && err == nil {
+			err = serr
+		}
+		r.Scripts = scriptStats(entries, b.scripts)
 	}
 	if err != nil {
 		return r, err
@@ -299,6 +333,24 @@ type manyRound struct {
 	MachineBusy  float64           `json:"machine_busy"`
 }
 
+// manySlow is an instrumented many-locks run (fairlock only, observer on):
+// why the slow Lock calls were slow.
+func (b *bench) manySlow(ctx context.Context, k lockKind) (slowCalls, error) {
+	rec := newWakeRecorder()
+	c, err := k.connect(b.srv.addr, connOpts{observer: rec})
+	if err != nil {
+		return slowCalls{}, err
+	}
+	defer c.close()
+	prefix := b.lockName("many-observed")
+	_, err = lockbench.ManyLocks(ctx, func(_, k int) (lockbench.Locker, error) { return c.locker(fmt.Sprintf("%s:%d", prefix, k)) },
+		lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain})
+	if err != nil {
+		return slowCalls{}, err
+	}
+	return describeSlow(rec.all(), 10*time.Millisecond), nil
+}
+
 func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
 	var r manyRound
 	c, err := k.connect(b.srv.addr, connOpts{})
@@ -355,7 +407,7 @@ func splitHandovers(run *lockbench.ContendedRun, owners []string, rec *wakeRecor
 		if k >= len(calls[x.Contender]) {
 			continue
 		}
-		w := calls[x.Contender][k].woken
+		w := calls[x.Contender][k].lastWake
 		if w.IsZero() || w.Before(x.Called) || w.After(x.Acquired) {
 			continue
 		}
