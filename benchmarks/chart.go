@@ -115,7 +115,7 @@ func panel(b *strings.Builder, x0, y0, pw, ph int, title string, rtt float64, li
 	if rtt > 0 && math.Log10(rtt) >= ylo && math.Log10(rtt) <= yhi {
 		y := py(rtt)
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#000" stroke-dasharray="2 3"/>`, x0, y, x0+pw, y)
-		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" font-size="11">1 PING round trip (%s)</text>`+"\n", x0+pw-4, y-4, fmtDur(rtt*1e3))
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" font-size="11" fill="#333">1 PING round trip (%s)</text>`+"\n", x0+6, y+13, fmtDur(rtt*1e3))
 	}
 	for _, s := range lines {
 		if len(s.points) == 0 {
