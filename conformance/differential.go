@@ -549,11 +549,6 @@ func (r *traceRun) state(l int, st lock.State) string {
 	for _, h := range st.Holders {
 		holders = append(holders, fmt.Sprintf("%sx%d", r.owner(h.Owner), h.Count))
 	}
-	// A reservation is, in the model, a free lock with its owner first in
-	// line: it takes the lock up at its next attempt.
-	if st.ReservedFor != "" {
-		queue = append(queue, r.owner(st.ReservedFor))
-	}
 	for _, w := range st.Queue {
 		queue = append(queue, r.owner(w.Owner))
 	}
@@ -704,8 +699,8 @@ func (r *traceRun) awaitWaiter(o, l int, w *traceWaiter) string {
 	}
 }
 
-// settle waits until lock l is held while owners wait or it is reserved
-// (a woken head takes the lock), then collects the waiting Lock the step handed the lock
+// settle waits until lock l is not free while owners wait (a woken head
+// takes the lock), then collects the waiting Lock the step handed the lock
 // to. It returns the state read last and the grants, as "oN <result>".
 func (r *traceRun) settle(l int) (lock.State, []string) {
 	var grants []string
@@ -713,7 +708,7 @@ func (r *traceRun) settle(l int) (lock.State, []string) {
 	defer tick.Stop()
 	deadline := time.Now().Add(eventually)
 	st := r.inspect(l)
-	for len(st.Holders) == 0 && (st.QueueLength > 0 || st.ReservedFor != "") {
+	for !st.Locked() && st.QueueLength > 0 {
 		if time.Now().After(deadline) {
 			grants = append(grants, fmt.Sprintf("none: free with %d waiting for %v", st.QueueLength, eventually))
 			break

@@ -102,7 +102,6 @@ type linOutput struct {
 	pos       int
 	wasQueued bool
 	holder    int    // inspect: -1 free, linStranger for anything but one known owner
-	reserved  int    // inspect: owner the lock is reserved for, plus one (0: none)
 	queue     string // inspect: owner indexes as bytes, head first
 	queueLen  int
 }
@@ -114,9 +113,11 @@ const linStranger = 0xff
 // linState is the model's state. It is comparable, so porcupine can
 // compare states with ==.
 type linState struct {
-	holder int    // -1 when free
-	rsv    int    // owner the free lock is reserved for, plus one (0: none)
-	count  int    // the holder's hold count
+	holder int // -1 when free
+	count  int // the holder's hold count
+	// handed is set while the holder was handed the lock by a release
+	// (one-message hand-over) and its waiting call has not reported it.
+	handed bool
 	queue  string // owner indexes as bytes, head first
 	token  int64  // lower bound of the lock's fencing counter
 	// landed has bit o set between a failed attempt of o taking effect
@@ -125,24 +126,17 @@ type linState struct {
 }
 
 func (s linState) canAcquire(o int) bool {
-	if s.holder == o {
-		return true
-	}
-	if s.holder >= 0 {
-		return false
-	}
-	if s.rsv != 0 {
-		return s.rsv == o+1
-	}
-	return s.queue == "" || int(s.queue[0]) == o
+	return s.holder == o || (s.holder < 0 && (s.queue == "" || int(s.queue[0]) == o))
 }
 
 // handOver is what a script does with a lock it finds (or leaves) free
-// and unreserved while owners wait: it reserves it for the head, which
-// leaves the queue. (Every owner here is a fairlock waiter, alive.)
+// while owners wait: it grants it to the head, which leaves the queue, with
+// the next token. (Every owner here is a fairlock waiter, alive.)
 func (s linState) handOver() linState {
-	if s.holder < 0 && s.rsv == 0 && s.queue != "" {
-		s.rsv, s.queue = int(s.queue[0])+1, s.queue[1:]
+	if s.holder < 0 && s.queue != "" {
+		s.holder, s.count, s.queue = int(s.queue[0]), 1, s.queue[1:]
+		s.token++
+		s.handed = true
 	}
 	return s
 }
@@ -157,6 +151,17 @@ func (s linState) without(o int) string {
 // and token must be what the call reported.
 func (s linState) acquire(o int, known bool, count int, token int64) (linState, bool) {
 	switch {
+	case s.holder == o && s.handed:
+		// The hand-over's grant, reported by o's call (or taken up by
+		// its attempt).
+		if known && (count != 1 || token < s.token) {
+			return s, false
+		}
+		s.handed = false
+		if known {
+			s.token = token
+		}
+		return s, true
 	case s.holder == o:
 		if known && (count != s.count+1 || token < s.token) {
 			return s, false
@@ -170,9 +175,7 @@ func (s linState) acquire(o int, known bool, count int, token int64) (linState, 
 		if known && (count != 1 || token <= s.token) {
 			return s, false
 		}
-		if s.rsv == o+1 {
-			s.rsv = 0
-		} else if s.queue != "" {
+		if s.queue != "" {
 			s.queue = s.queue[1:]
 		}
 		s.holder, s.count = o, 1
@@ -270,13 +273,14 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		left := s
 		left.queue = s.without(o)
-		if left.rsv == o+1 {
-			left.rsv = 0 // a reservation given up passes on
+		if left.holder == o && left.handed {
+			// A hand-over grant its call never reported passes on.
+			left.holder, left.count, left.handed = -1, 0, false
 		}
 		left = left.handOver()
 		switch out.result {
 		case linLeft:
-			if (s.queued(o) || s.rsv == o+1) == out.wasQueued {
+			if (s.queued(o) || (s.holder == o && s.handed)) == out.wasQueued {
 				return []linState{left}
 			}
 		case linUnknown:
@@ -297,7 +301,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 	case linInspect:
 		if out.result == linObserved && out.holder == s.holder && (s.holder < 0 || out.count == s.count) &&
-			out.reserved == s.rsv && out.queue == s.queue && out.queueLen == len(s.queue) && out.token >= s.token {
+			out.queue == s.queue && out.queueLen == len(s.queue) && out.token >= s.token {
 			s.token = out.token
 			return []linState{s}
 		}
@@ -324,8 +328,9 @@ func (s linState) String() string {
 	h := "free"
 	if s.holder >= 0 {
 		h = fmt.Sprintf("%sx%d", linOwnerName(s.holder), s.count)
-	} else if s.rsv > 0 {
-		h = "reserved for " + linOwnerName(s.rsv-1)
+		if s.handed {
+			h += " (handed over)"
+		}
 	}
 	return fmt.Sprintf("%s queue %s token>=%d", h, linQueueString(s.queue), s.token)
 }
@@ -361,8 +366,6 @@ func (out linOutput) String() string {
 		h := "free"
 		if out.holder >= 0 {
 			h = fmt.Sprintf("%sx%d", linOwnerName(out.holder), out.count)
-		} else if out.reserved > 0 {
-			h = "reserved for " + linOwnerName(out.reserved-1)
 		}
 		return fmt.Sprintf("%s queue %s (length %d) token %d", h, linQueueString(out.queue), out.queueLen, out.token)
 	case linMaybe:
@@ -708,12 +711,6 @@ func (a *linActor) inspectOp(client int) (lock.State, bool) {
 		}
 	case len(st.Holders) > 1:
 		out.holder = linStranger
-	}
-	if st.ReservedFor != "" {
-		out.reserved = linStranger + 1
-		if o, ok := a.owners[st.ReservedFor]; ok {
-			out.reserved = o + 1
-		}
 	}
 	q := make([]byte, len(st.Queue))
 	for i, w := range st.Queue {

@@ -74,12 +74,19 @@ func TestLinearizabilityModel(t *testing.T) {
 			linOp(1, unlock(1), 86, 90, linOutput{result: linReleased}),
 			linOp(2, inspect, 100, 110, linOutput{result: linObserved, holder: -1, token: 2}),
 		}, porcupine.Ok},
-		{"a waiter holds without being granted", []porcupine.Operation{
+		{"a waiter holds before the holder released", []porcupine.Operation{
+			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
+			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
+			linOp(2, inspect, 40, 50, linOutput{result: linObserved, holder: 1, count: 1, token: 2}),
+			linOp(0, unlock(0), 60, 70, linOutput{result: linReleased}),
+		}, porcupine.Illegal},
+		{"the release hands the lock to the head (one-message hand-over)", []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 			linOp(0, unlock(0), 40, 50, linOutput{result: linReleased}),
 			linOp(2, inspect, 60, 70, linOutput{result: linObserved, holder: 1, count: 1, token: 2}),
-		}, porcupine.Illegal},
+			linOp(1, grantOf(1), 30, 80, acquiredOut(1, 2)),
+		}, porcupine.Ok},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,7 +118,8 @@ func (e *exclusion) critical(ctx context.Context, owner string) error {
 	if err != nil {
 		return err
 	}
-	if len(f) != 1 || f[owner] < 1 {
+	// Its field may be 0: a hand-over grant not taken up yet, one hold.
+	if _, ok := f[owner]; len(f) != 1 || !ok {
 		return fmt.Errorf("lock hash %v while %s holds, want only its field", f, owner)
 	}
 	v := e.counter.Load()

@@ -229,7 +229,12 @@ func testP9CrashedWaiter(t *testing.T, s *suite) {
 	deadline := st.Queue[0].Deadline // a heartbeat in flight may still push it later
 	mustUnlock(t, holder)            // wakes the crashed head, which can no longer act
 	rc := await(t, cch, eventually, "crashed waiter")
-	if !errors.Is(rc.err, errCrashed) {
+	switch {
+	case rc.err == nil:
+		// Its subscription still delivered the hand-over grant, which it
+		// cannot take up (renew) any more: the hold ends by its deadline.
+		awaitDone(t, rc.h, waiterTimeout+slack, "the crashed waiter's hand-over grant")
+	case !errors.Is(rc.err, errCrashed):
 		t.Fatalf("crashed waiter's call ended with %v, want the crash error", rc.err)
 	}
 	rn := await(t, nch, waiterTimeout+eventually, "waiter behind the crashed one")

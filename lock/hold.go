@@ -45,7 +45,10 @@ type Hold struct {
 	deadline time.Time     // when the hold ends unless acknowledged again
 	timer    *time.Timer   // fires at deadline
 	releases int           // Unlock calls in flight: they decide its end
-	err      error
+	// unconfirmed: a hand-over grant the server counts as held but has
+	// not been renewed to the lease yet (adopt); the next renewal does.
+	unconfirmed bool
+	err         error
 }
 
 // leaseGuard is how much earlier than the lease allows the client ends a
@@ -54,11 +57,12 @@ func leaseGuard(lease time.Duration) time.Duration {
 	return min(lease/20, 100*time.Millisecond)
 }
 
-// newHold starts a hold granted by a request sent at sent.
-func newHold(token int64, count int, sent time.Time, lease time.Duration, watchdog bool, ended func(*Hold, error)) *Hold {
+// newHold starts a hold granted after a request sent at sent: the server
+// keeps it at least until sent+firm; lease is what it is renewed to.
+func newHold(token int64, count int, sent time.Time, firm, lease time.Duration, watchdog bool, ended func(*Hold, error)) *Hold {
 	h := &Hold{token: token, acquired: sent, done: make(chan struct{}), ended: ended,
 		count: count, watchdog: watchdog, lease: lease}
-	h.deadline = sent.Add(lease - leaseGuard(lease))
+	h.deadline = sent.Add(firm - leaseGuard(firm))
 	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
 	return h
 }
@@ -171,7 +175,7 @@ func (h *Hold) renewal() (lease time.Duration, token int64, ok bool) {
 	}
 	// While an Unlock is in flight the hold is only checked, so a lock
 	// never outlives its Unlock call by more than a lease (X13).
-	if h.watchdog && h.releases == 0 {
+	if (h.watchdog || h.unconfirmed) && h.releases == 0 {
 		lease = h.lease
 	}
 	return lease, h.token, true
@@ -182,6 +186,7 @@ func (h *Hold) renewal() (lease time.Duration, token int64, ok bool) {
 func (h *Hold) renewed(sent time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.unconfirmed = false
 	h.extendLocked(sent, lease)
 }
 

@@ -184,11 +184,12 @@ func (m *Mutex) holdEnded(h *Hold, err error) {
 	}
 }
 
-// leaveQueue runs leave.lua, bounded by cleanupTimeout whatever ctx says.
-func (m *Mutex) leaveQueue(ctx context.Context) (leaveReply, error) {
+// leaveQueue runs leave.lua, bounded by cleanupTimeout whatever ctx says;
+// known is the token of the hold the client knows (0: none).
+func (m *Mutex) leaveQueue(ctx context.Context, known int64) (leaveReply, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.leave, m.keys.scriptKeys(), leaveCall{owner: m.field, wake: m.wake()}.args())
+	rep, err := m.c.b.Eval(ctx, m.c.scripts.leave, m.keys.scriptKeys(), leaveCall{owner: m.field, wake: m.wake(), known: known}.args())
 	if err != nil {
 		return leaveReply{}, err
 	}

@@ -108,6 +108,7 @@ type acquireReply struct {
 	hint     time.Duration // waiting: how long to wait at most
 	position int           // waiting: set when this call queued the owner
 	head     bool          // waiting: the owner is first in line
+	now      int64         // waiting: the server's time, ms
 }
 
 func decodeAcquire(rep backend.Reply) (acquireReply, error) {
@@ -117,8 +118,8 @@ func decodeAcquire(rep backend.Reply) (acquireReply, error) {
 		return acquireReply{acquired: true, token: v[1], count: int(v[2])}, nil
 	case err == nil && len(v) == 3 && v[0] == 0: // "once" mode
 		return acquireReply{hint: time.Duration(v[1]) * time.Millisecond}, nil
-	case err == nil && len(v) == 4 && v[0] == 0:
-		return acquireReply{hint: time.Duration(v[1]) * time.Millisecond, position: int(v[2]), head: v[3] == 1}, nil
+	case err == nil && len(v) == 5 && v[0] == 0:
+		return acquireReply{hint: time.Duration(v[1]) * time.Millisecond, position: int(v[2]), head: v[3] == 1, now: v[4]}, nil
 	}
 	return acquireReply{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, rep)
 }
@@ -150,14 +151,16 @@ func decodeUnlock(rep backend.Reply) (int, error) {
 	return int(n), nil
 }
 
-// leaveCall is one run of leave.lua.
+// leaveCall is one run of leave.lua. known is the token of the hold the
+// client knows (0: none): a hand-over grant of that token is kept.
 type leaveCall struct {
 	owner string
 	wake  wakeArgs
+	known int64
 }
 
 func (l leaveCall) args() []string {
-	return []string{l.owner, l.wake.channelPrefix, l.wake.publish}
+	return []string{l.owner, l.wake.channelPrefix, l.wake.publish, itoa(l.known)}
 }
 
 // leaveReply is what leave.lua reports: whether the owner was queued, and
@@ -248,11 +251,9 @@ func decodeInspect(rep backend.Reply) (State, error) {
 		if err != nil {
 			return bad(err.Error())
 		}
-		if n == 0 {
-			st.ReservedFor = fields[i].Str
-			continue
-		}
-		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: int(n)})
+		// 0: handed over to this owner and not yet taken up by its
+		// client (hand_over in prelude.lua): one hold.
+		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: max(int(n), 1)})
 	}
 	for i := 0; i < len(queue); i += 2 {
 		w := Waiter{Owner: queue[i].Str}

@@ -13,12 +13,6 @@ type State struct {
 	// Holders lists the owner fields in the lock hash with their hold
 	// counts; empty when nobody holds the lock. Normally one entry.
 	Holders []Holder
-	// ReservedFor is the owner field the lock is reserved for, if any: a
-	// release left the lock to a fairlock waiter that was first in line,
-	// which takes it up (as a new hold) at its next acquire attempt, or
-	// loses it at its liveness deadline. Redisson clients see the lock as
-	// held meanwhile.
-	ReservedFor string
 	// TTL is the lease left: 0 when free, -1 when the hash has no expiry.
 	TTL time.Duration
 	// Token is the latest fencing token issued for this lock (0: none yet).
@@ -44,9 +38,8 @@ type Waiter struct {
 	Deadline time.Time
 }
 
-// Locked reports whether anyone holds the lock or has it reserved: whether
-// another owner would have to wait.
-func (s State) Locked() bool { return len(s.Holders) > 0 || s.ReservedFor != "" }
+// Locked reports whether anyone holds the lock.
+func (s State) Locked() bool { return len(s.Holders) > 0 }
 
 // CountOf returns the hold count of owner (0 if it does not hold).
 func (s State) CountOf(owner string) int {
@@ -95,8 +88,7 @@ func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
 	}
 }
 
-// IsLocked reports whether anyone holds the lock or has it reserved (B9;
-// Redisson's isLocked answers the same).
+// IsLocked reports whether anyone holds the lock (B9).
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	st, err := m.Inspect(ctx, 0)
 	return st.Locked(), err

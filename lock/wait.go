@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -28,10 +31,12 @@ type waiter struct {
 	tr       AcquireTracker // nil without an observer
 	result   *AcquireResult
 
-	sub    *backend.Subscription // this owner's wake-up channel, once queued
-	watch  keyWatch              // the lock hash, while this owner is the head
-	timer  *time.Timer
-	queued bool // the owner may be in the queue because of this call
+	sub     *backend.Subscription // this owner's wake-up channel, once queued
+	watch   keyWatch              // the lock hash, while this owner is the head
+	timer   *time.Timer
+	queued  bool      // the owner may be in the queue because of this call
+	lastAck time.Time // send time of the latest attempt that queued the owner
+	ackedAt int64     // the server's time (ms) when that attempt ran
 }
 
 // run makes the call: attempts until the lock is granted, the call gives
@@ -81,8 +86,14 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 		if r.head {
 			w.watch.arm(ctx, w.m)
 		}
-		if err := w.sleep(ctx, r.hint); err != nil {
+		g, err := w.sleep(ctx, r.hint)
+		if err != nil {
 			return nil, err
+		}
+		if g.token > 0 {
+			if h := w.adopt(ctx, g); h != nil {
+				return h, nil
+			}
 		}
 	}
 }
@@ -103,6 +114,7 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
 		if err == nil {
 			if !r.acquired {
+				w.lastAck, w.ackedAt = sent, r.now
 				return r, nil, nil
 			}
 			h, err := w.grant(ctx, r, sent)
@@ -130,16 +142,63 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 		// forced), so the client's hold was already lost.
 		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
 	}
-	h := newHold(r.token, r.count, sent, w.lease, w.watchdog, w.m.holdEnded)
-	if !w.m.c.track(h, w.m, w.o) {
-		// Closed while the attempt was in flight: give the grant back so
-		// nobody waits for a lease that no one will release.
-		h.end(ErrClosed)
-		w.undo(ctx, holdView{})
+	h := newHold(r.token, r.count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
+	if !w.start(ctx, h) {
 		return nil, ErrClosed
 	}
-	w.o.hold = h
 	return h, nil
+}
+
+// start makes h the owner's hold and hands it to the watchdog. After Close
+// it gives the grant back, so nobody waits for a lease that no one will
+// release, and reports false. The caller holds the gate.
+func (w *waiter) start(ctx context.Context, h *Hold) bool {
+	if !w.m.c.track(h, w.m, w.o) {
+		h.end(ErrClosed)
+		w.undo(ctx, holdView{})
+		return false
+	}
+	w.o.hold = h
+	return true
+}
+
+// adopt takes up a hand-over grant announced on the owner's channel (one
+// message, no round trip): the release that found this owner first in
+// line granted it the lock. Only a grant that ran after the owner's latest
+// attempt that queued it (by the server's clock) is for this call - an
+// older message, from an earlier call of the owner, is ignored. Such a
+// grant ran after that attempt was sent (lastAck), and lasts until the
+// liveness deadline the attempt set, a waiter timeout after it ran; so the
+// hold's deadline is lastAck plus the waiter timeout (or the lease, if
+// shorter) - when less than a third of that is left, an attempt takes the
+// grant up instead - and the watchdog takes the grant up at once,
+// extending it to the lease. It returns nil - and the caller attempts as usual - when the
+// grant is not for this call or the owner holds already (another
+// goroutine of the owner took the grant up, or an attempt did).
+func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
+	if w.lastAck.IsZero() || g.at <= w.ackedAt || w.o.enter(ctx) != nil {
+		return nil
+	}
+	token := g.token
+	defer w.o.exit()
+	if w.o.current() != nil {
+		return nil
+	}
+	c := w.m.c
+	firm := min(w.lease, c.cfg.waiterTimeout)
+	if time.Until(w.lastAck.Add(firm)) < firm/3 {
+		// Too late to trust the grant's first deadline: an attempt takes it
+		// up with a fresh acknowledgement instead.
+		return nil
+	}
+	h := newHold(token, 1, w.lastAck, firm, w.lease, w.watchdog, w.m.holdEnded)
+	h.unconfirmed = true
+	if !w.start(ctx, h) {
+		return nil
+	}
+	c.confirm(h)
+	w.result.HoldCount, w.result.Token = 1, token
+	return h
 }
 
 // undo takes the owner out of the queue and gives back whatever an attempt
@@ -151,7 +210,7 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 func (w *waiter) undo(ctx context.Context, view holdView) {
 	w.queued = false
 	m := w.m
-	left, err := m.leaveQueue(ctx)
+	left, err := m.leaveQueue(ctx, view.token)
 	if err == nil && left.held != view && left.held.count > 0 {
 		cctx, cancel := cleanupContext(ctx)
 		_, _, err = m.release(cctx, left.held, w.lease)
@@ -164,9 +223,22 @@ func (w *waiter) undo(ctx context.Context, view holdView) {
 	}
 }
 
-// leave takes the owner out of the queue, best effort (X5).
+// leave takes the owner out of the queue, best effort (X5), under the
+// gate: a hand-over grant the owner was given and did not take up passes on
+// (leave.lua), and anything else the server says the owner holds that the
+// client does not know of is given back.
 func (w *waiter) leave(ctx context.Context) {
-	_, _ = w.m.leaveQueue(ctx)
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if w.o.enter(ctx) != nil {
+		return
+	}
+	defer w.o.exit()
+	view := w.o.current().view()
+	left, err := w.m.leaveQueue(ctx, view.token)
+	if err == nil && left.held != view && left.held.count > 0 {
+		_, _, _ = w.m.release(ctx, left.held, w.lease)
+	}
 }
 
 // subscribe subscribes to the owner's wake-up channel, riding through
@@ -189,23 +261,55 @@ func (w *waiter) subscribe(ctx context.Context) error {
 }
 
 // sleep waits for a wake-up, or at most hint: the heartbeat interval, or
-// the lease left when this owner is at the head (X3, X4). Since Go 1.23
-// Reset also discards a tick nobody received.
-func (w *waiter) sleep(ctx context.Context, hint time.Duration) error {
+// the lease left when this owner is at the head (X3, X4). It returns the
+// hand-over grant the wake-up announced, if any. Since Go 1.23 Reset also
+// discards a tick nobody received.
+func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, error) {
 	w.timer.Reset(max(hint, time.Millisecond))
 	select {
 	case e := <-w.sub.Events():
 		w.woke(e)
+		return parseGrant(e.Payload), nil
 	case e := <-w.watch.events():
 		w.watch.stop() // fired: armed again while still the head
 		w.woke(e)
+		// A hand-over changes the hash too, and its grant message comes on
+		// the same connection right behind the invalidation: let the
+		// reader deliver it, and take the grant without a round trip.
+		runtime.Gosched()
+		select {
+		case e := <-w.sub.Events():
+			return parseGrant(e.Payload), nil
+		default:
+		}
 	case <-w.timer.C:
 	case <-ctx.Done():
-		return ctx.Err()
+		return grantMessage{}, ctx.Err()
 	case <-w.m.c.closing:
-		return ErrClosed
+		return grantMessage{}, ErrClosed
 	}
-	return nil
+	return grantMessage{}, nil
+}
+
+// grantMessage is a hand-over grant announced on an owner's channel
+// ("grant:<token>:<server ms>", hand_over in prelude.lua).
+type grantMessage struct {
+	token int64 // 0: not a grant
+	at    int64 // the server's time when it was granted, ms
+}
+
+func parseGrant(payload string) grantMessage {
+	rest, ok := strings.CutPrefix(payload, "grant:")
+	if !ok {
+		return grantMessage{}
+	}
+	t, at, ok := strings.Cut(rest, ":")
+	token, err1 := strconv.ParseInt(t, 10, 64)
+	ms, err2 := strconv.ParseInt(at, 10, 64)
+	if !ok || err1 != nil || err2 != nil || token <= 0 {
+		return grantMessage{}
+	}
+	return grantMessage{token: token, at: ms}
 }
 
 // noteQueued records the first queue position (again after being dropped

@@ -31,7 +31,7 @@ func (c *Client) watchdog() {
 		case <-c.closing:
 			return
 		case <-t.C:
-			c.renewAll(c.cfg.lease / 3)
+			c.renewAll(c.renewTimeout())
 		case <-c.reconnected:
 			recheck.b.Reset()
 			rechecking.Reset(0)
@@ -45,6 +45,14 @@ func (c *Client) watchdog() {
 
 // recheckTimeout bounds one check of every hold after a reconnect.
 const recheckTimeout = time.Second
+
+// renewTimeout bounds one renewal batch: a third of the lease, at most a
+// second, so that a batch stuck on a dead connection never keeps the
+// watchdog from a reconnect's recheck for long. A batch that times out
+// only misses one tick; holds end by their own deadlines.
+func (c *Client) renewTimeout() time.Duration {
+	return min(c.cfg.lease/3, recheckTimeout)
+}
 
 // reconnectTimeout bounds one try to subscribe to the client's channel.
 const reconnectTimeout = 5 * time.Second
@@ -96,13 +104,46 @@ type renewal struct {
 	lease time.Duration // 0: only checked
 }
 
+// confirm renews h at once, beside the watchdog (which may be busy with a
+// batch): a hand-over grant lasts only about a waiter timeout until renewed
+// (adopt). Close waits for it.
+func (c *Client) confirm(h *Hold) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		c.renewHolds([]*Hold{h}, c.renewTimeout())
+	}()
+}
+
 // renewAll renews (or checks) every hold in one batch bounded by timeout,
 // and reports whether the server answered (or there was nothing to send).
 func (c *Client) renewAll(timeout time.Duration) bool {
 	c.mu.Lock()
-	batch := make([]renewal, 0, len(c.holds))
-	calls := make([]backend.Call, 0, len(c.holds))
-	for h, ref := range c.holds {
+	hs := make([]*Hold, 0, len(c.holds))
+	for h := range c.holds {
+		hs = append(hs, h)
+	}
+	c.mu.Unlock()
+	return c.renewHolds(hs, timeout)
+}
+
+// renewHolds renews (or checks) the holds in one batch bounded by timeout,
+// and reports whether the server answered (or there was nothing to send).
+func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
+	c.mu.Lock()
+	batch := make([]renewal, 0, len(hs))
+	calls := make([]backend.Call, 0, len(hs))
+	for _, h := range hs {
+		ref, tracked := c.holds[h]
+		if !tracked {
+			continue
+		}
 		lease, token, ok := h.renewal()
 		if !ok {
 			continue

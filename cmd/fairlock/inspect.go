@@ -83,7 +83,6 @@ type inspectReport struct {
 	ServerTime  time.Time `json:"server_time"`
 	Locked      bool      `json:"locked"`
 	Holders     []holder  `json:"holders"`
-	ReservedFor string    `json:"reserved_for"`  // owner field the lock is reserved for; "" none
 	LeaseLeft   float64   `json:"lease_left_ms"` // 0: free; -1: no expiry
 	Token       int64     `json:"token"`         // latest fencing token; 0: none issued
 	QueueLength int       `json:"queue_length"`
@@ -196,7 +195,7 @@ func isTerminal(w io.Writer) bool {
 func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 	rep := inspectReport{
 		Name: m.Name(), Key: m.Key(), ServerTime: st.ServerTime.UTC(), Locked: st.Locked(),
-		Holders: []holder{}, ReservedFor: st.ReservedFor, Token: st.Token, QueueLength: st.QueueLength, Queue: []waiter{},
+		Holders: []holder{}, Token: st.Token, QueueLength: st.QueueLength, Queue: []waiter{},
 		Warnings: []string{}, leaseLeft: st.TTL, LeaseLeft: millis(st.TTL),
 	}
 	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
@@ -246,8 +245,6 @@ func printInspect(w io.Writer, rep inspectReport) {
 	fmt.Fprintf(w, "lock %q (key %s) at %s server time\n", rep.Name, rep.Key, rep.ServerTime.Format("2006-01-02 15:04:05.000 MST"))
 	tw := newTable(w)
 	switch {
-	case len(rep.Holders) == 0 && rep.ReservedFor != "":
-		fmt.Fprintf(tw, "  holder\tnone: reserved for %s, the former head, until it takes it up\n", rep.ReservedFor)
 	case len(rep.Holders) == 0:
 		fmt.Fprintf(tw, "  holder\tnone (free)\n")
 	default:

@@ -18,10 +18,11 @@
 -- ARGV[10] that hold's count as the client knows it
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
--- newly acquired; more: re-entered), or {0, waitHintMs, position, head}
--- when it does not: position is the owner's 1-based queue position when
--- this call queued it, else 0; head is 1 when the owner is first in line;
--- waitHintMs is always >= 1 (X4).
+-- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
+-- now} when it is queued: position is the owner's 1-based queue position
+-- when this call queued it, else 0; head is 1 when the owner is first in
+-- line; now is the server's time in ms; waitHintMs is always >= 1 (X4).
+-- In "once" mode a refusal is {0, waitHintMs, 0}.
 --
 -- Idempotent for the caller's retries: a re-entry is applied only while the
 -- count is still the one the client knows, so a retry after a lost reply
@@ -32,7 +33,7 @@
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
--- line is woken (and a reservation is taken up), X6 fencing token, X8 no
+-- line is woken (a hand-over grant is taken up), X6 fencing token, X8 no
 -- loop over waiters, X11 Redisson-compatible deadlines, X12 the lease never
 -- shrinks while held, X14 safe retries, X15 keys expire.
 local now = server_now()
@@ -44,16 +45,27 @@ purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
 local held = redis.call('hget', KEYS[1], me)
 if held then
   local token = hold_token(KEYS[5])
-  if held ~= '0' and ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
-    local count = tonumber(held)
+  local count = tonumber(held)
+  -- 0: granted by a hand-over and not taken up yet; it counts as one hold.
+  local granted = count == 0
+  count = math.max(count, 1)
+  if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
+    -- The hold the client knows: re-enter, once per count it knows.
     if count == tonumber(ARGV[10]) then
-      count = redis.call('hincrby', KEYS[1], me, 1)
+      count = count + 1
     end
+    redis.call('hset', KEYS[1], me, count)
     extend(KEYS[1], KEYS[5], lease)
     return {1, token, count}
   end
-  -- Reserved for me by a release (count 0), or a leftover the client does
-  -- not count as its hold: a new hold.
+  if granted then
+    -- Handed over to this owner while its client did not know yet (the
+    -- message is on its way, or was lost): take it up.
+    redis.call('hset', KEYS[1], me, 1)
+    extend(KEYS[1], KEYS[5], lease)
+    return {1, token, 1}
+  end
+  -- A leftover the client does not count as its hold: a new hold.
   redis.call('hset', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], lease)
   return {1, next_token(KEYS[5], now, lease), 1}
@@ -74,8 +86,8 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('pexpire', KEYS[1], lease)
     return {1, next_token(KEYS[5], now, lease), 1}
   end
-  -- Free, but another owner is first in line: it gets the lock reserved
-  -- (or, a Redisson waiter, woken).
+  -- Free, but another owner is first in line: it is granted the lock (or,
+  -- a Redisson waiter, woken).
   hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[5], ARGV[6])
 end
 
@@ -133,4 +145,4 @@ if is_head then
     hint = math.max(ttl, 1)
   end
 end
-return {0, hint, position, head}
+return {0, hint, position, head, now}

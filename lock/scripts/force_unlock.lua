@@ -11,7 +11,7 @@
 -- Returns 1 if a holder was removed, else 0.
 --
 -- Rules: B8 force unlock, B5 purge, X3 the head is woken (a fairlock head
--- gets the lock reserved, see prelude.lua).
+-- is granted the lock, see prelude.lua).
 local now = server_now()
 purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
 local deleted = redis.call('del', KEYS[1])

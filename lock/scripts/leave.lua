@@ -10,9 +10,10 @@
 -- ARGV[1] owner field
 -- ARGV[2] channel prefix
 -- ARGV[3] publish commands
+-- ARGV[4] token of the hold the client knows this owner has ("0": none)
 --
 -- Returns {queued, count, token}: queued is 1 if the owner was queued (or
--- had the lock reserved, which it gives up);
+-- had been handed the lock, which it gives up);
 -- count is the owner's hold count (0: it holds nothing) and token the
 -- current hold's token.
 --
@@ -31,8 +32,9 @@ local was_head = redis.call('lindex', KEYS[2], 0) == me
 local queued = redis.call('zrem', KEYS[3], me)
 redis.call('zrem', KEYS[4], me)
 redis.call('lrem', KEYS[2], 0, me)
-if redis.call('hget', KEYS[1], me) == '0' then
-  -- A reservation this owner no longer wants.
+if redis.call('hget', KEYS[1], me) == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
+  -- A hand-over grant this owner's client has not taken up and no longer
+  -- wants: it passes on.
   redis.call('hdel', KEYS[1], me)
   queued = 1
 end

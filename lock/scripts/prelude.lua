@@ -65,37 +65,6 @@ local function wake_head(queue, timeouts, alive, channel_prefix, publish)
   return head
 end
 
--- hand_over runs when the lock has just become free (the hash is gone).
--- A live fairlock waiter at the head gets the lock reserved: it leaves the
--- queue and the hash holds it with count 0 until its liveness deadline, so
--- Redisson waiters behind it see a held lock and wait for its TTL instead
--- of spinning, and if it died meanwhile the reservation lapses within the
--- waiter timeout. Its next acquire turns the reservation into a hold
--- (acquire.lua). A Redisson head is only woken: it takes the lock itself.
--- Either way the head (and the new head behind a reservation) is woken.
-local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
-  local head = redis.call('lindex', queue, 0)
-  if not head then
-    return
-  end
-  local deadline = redis.call('zscore', alive, head)
-  if deadline and tonumber(deadline) > now then
-    local ttl = tonumber(deadline) - now
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('zrem', alive, head)
-    redis.call('hset', hash, head, 0)
-    redis.call('pexpire', hash, ttl)
-    if redis.call('pttl', token_key) >= 0 and redis.call('pttl', token_key) < ttl then
-      redis.call('pexpire', token_key, ttl)
-    end
-    notify(publish, channel_prefix, head)
-    wake_head(queue, timeouts, alive, channel_prefix, publish)
-    return
-  end
-  wake_head(queue, timeouts, alive, channel_prefix, publish)
-end
-
 -- token_keep is how much longer than the lock hash the token counter
 -- lives, in ms: after that it may expire, and the next token comes from
 -- the server's clock (next_token).
@@ -132,6 +101,43 @@ local function next_token(token_key, now, lease)
   end
   redis.call('pexpire', token_key, lease + token_keep)
   return token
+end
+
+-- hand_over runs when the lock has just become free (the hash is gone).
+-- A live fairlock waiter at the head is granted the lock in the same step
+-- (one-message hand-over): it leaves the queue, holds with a new token, and
+-- is told so on its channel ("grant:<token>:<server ms>"; the time lets the
+-- client tell this grant from an older one), so it holds the moment the
+-- message arrives, without another round trip. Its field holds 0 - granted,
+-- counted as one hold - until its client takes the grant up (its next
+-- renewal or acquire sets 1), and the hash lives twice the waiter's
+-- liveness left: if it died, the grant lapses within twice the waiter
+-- timeout. Redisson waiters behind see a held lock and wait for its TTL
+-- instead of spinning. A Redisson head is only woken ("0"): it runs its own
+-- acquire. Either way the next head is woken (X3).
+local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
+  local head = redis.call('lindex', queue, 0)
+  if not head then
+    return
+  end
+  local deadline = redis.call('zscore', alive, head)
+  if deadline and tonumber(deadline) > now then
+    -- Twice the liveness left: a live waiter heartbeats every third of its
+    -- waiter timeout, so it has at least 4/3 of it to take the grant up.
+    local ttl = 2 * (tonumber(deadline) - now)
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    redis.call('zrem', alive, head)
+    redis.call('hset', hash, head, 0)
+    redis.call('pexpire', hash, ttl)
+    local token = next_token(token_key, now, ttl)
+    for cmd in string.gmatch(publish, '[^,]+') do
+      redis.call(cmd, channel_prefix .. ':' .. head, string.format('grant:%.0f:%.0f', token, now))
+    end
+    wake_head(queue, timeouts, alive, channel_prefix, publish)
+    return
+  end
+  wake_head(queue, timeouts, alive, channel_prefix, publish)
 end
 
 -- hold_token returns the fencing token of the current hold: the latest

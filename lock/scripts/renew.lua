@@ -17,6 +17,10 @@
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
   return 0
 end
+-- A hand-over grant (0) is taken up: one hold.
+if redis.call('hget', KEYS[1], ARGV[1]) == '0' then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+end
 local lease = tonumber(ARGV[2])
 if lease > 0 then
   if redis.call('pttl', KEYS[1]) < lease then

@@ -26,7 +26,7 @@
 -- never touches a newer hold. A leftover frees itself when its lease runs
 -- out, and the owner's next acquire replaces it (acquire.lua).
 --
--- Releasing at 0 hands the lock over: reserved for a live fairlock head,
+-- Releasing at 0 hands the lock over: granted to a live fairlock head,
 -- or the Redisson head woken (prelude.lua, hand_over).
 --
 -- Rules: B2 count down, B4 release at 0 wakes the head, non-holder fails,
@@ -40,7 +40,7 @@ local me = ARGV[1]
 local now = server_now()
 purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[3], ARGV[4], me)
 local held = redis.call('hget', KEYS[1], me)
-if (not held) or held == '0' then
+if not held then
   return -1
 end
 if tonumber(ARGV[6]) ~= hold_token(KEYS[5]) then
@@ -48,12 +48,14 @@ if tonumber(ARGV[6]) ~= hold_token(KEYS[5]) then
   -- forced, replaced by a newer hold of this owner). Leave it alone.
   return -1
 end
-held = tonumber(held)
+-- 0: granted by a hand-over, not taken up yet: one hold.
+held = math.max(tonumber(held), 1)
 if held == tonumber(ARGV[7]) - 1 then
   return held
 end
-local count = redis.call('hincrby', KEYS[1], me, -1)
+local count = held - 1
 if count > 0 then
+  redis.call('hset', KEYS[1], me, count)
   extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
 else
   redis.call('del', KEYS[1])
