@@ -25,6 +25,7 @@ func main() {
 		raw     = flag.String("json", "benchmarks/results.json", "the raw figures to write")
 		binary  = flag.String("redis-server", "redis-server", "the redis-server binary")
 		quick   = flag.Bool("quick", false, "tiny settings: a smoke test of the whole run, not a measurement")
+		render  = flag.String("render", "", "measure nothing: write the report and chart from this raw-figures file of an earlier run")
 		timeout = flag.Duration("timeout", 9*time.Minute, "stop everything after this long")
 	)
 	flag.Parse()
@@ -32,6 +33,13 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *render != "" {
+		if err := renderFrom(*render, *out, *chart); err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	set := fullSettings
 	if *quick {
 		set = quickSettings
@@ -81,6 +89,29 @@ func run(ctx context.Context, set settings, binary, out, chart, raw string) erro
 	if err := writeJSON(raw, res); err != nil {
 		return err
 	}
+	if err := writeReport(res, out, chart); err != nil {
+		return err
+	}
+	logf("wrote %s, %s and %s in %v", out, chart, raw, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// renderFrom writes the report and chart from the raw figures of a run.
+func renderFrom(raw, out, chart string) error {
+	data, err := os.ReadFile(raw)
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", raw, err)
+	}
+	return writeReport(&res, out, chart)
+}
+
+// writeReport writes the chart and the report, which links to the chart by
+// its path relative to the report.
+func writeReport(res *results, out, chart string) error {
 	rel := chart
 	if absOut, err := filepath.Abs(out); err == nil {
 		if absChart, err := filepath.Abs(chart); err == nil {
@@ -92,11 +123,7 @@ func run(ctx context.Context, set settings, binary, out, chart, raw string) erro
 	if err := os.WriteFile(chart, []byte(renderChart(res)), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(out, []byte(renderReport(res, filepath.ToSlash(rel))), 0o644); err != nil {
-		return err
-	}
-	logf("wrote %s, %s and %s in %v", out, chart, raw, time.Since(start).Round(time.Second))
-	return nil
+	return os.WriteFile(out, []byte(renderReport(res, filepath.ToSlash(rel))), 0o644)
 }
 
 // round runs every scenario once, every lock in turn, so that a slow

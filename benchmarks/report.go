@@ -211,7 +211,7 @@ func (r *report) setup() {
 		durSpread(r.Ping, func(p pingRound) time.Duration { return p.RTT.P99 }).cell(fmtDur))
 	dirty := "no uncommitted library changes"
 	if len(m.Dirty) > 0 {
-		dirty = fmt.Sprintf("**with uncommitted changes** in %d library files (%s)", len(m.Dirty), strings.Join(m.Dirty, ", "))
+		dirty = fmt.Sprintf("**with uncommitted changes** in the library (`git status`: %s)", strings.Join(m.Dirty, ", "))
 	}
 	r.p("- fairlock: the working tree at commit %s, %s.", m.Commit, dirty)
 	r.p("- Client libraries: %s.", strings.Join(m.Deps, ", "))
@@ -455,7 +455,7 @@ func (r *report) contended(chartPath string) {
 			spreadBy(c, func(x contendedRound) float64 { return perAcq(x, float64(x.ClientCPU)) }).cell(fmtDur))
 	}
 	r.p("")
-	r.p("Overtakes are a share of all acquisitions. Max wait counts waits cancelled at the end of the drain up to their cancellation. CPU per acquisition is server (INFO cpu) and this process (getrusage) over the run, divided by all acquisitions.")
+	r.p("Overtakes are a share of all acquisitions. Max wait counts waits cancelled at the end of the drain up to their cancellation. CPU per acquisition is server (INFO cpu) and this process (getrusage) over the run, divided by all acquisitions. A negative hand-over means the next holder's Lock returned before the previous holder's Unlock did (rueidislock's release returns only after its key-watching goroutine has finished).")
 	r.p("")
 	for _, k := range r.fairlocks() {
 		f := r.FIFO[k.Name]
@@ -471,7 +471,7 @@ func (r *report) contended(chartPath string) {
 			durSpread(f, func(x contendedRound) time.Duration { return x.Handover.P50 }).cell(fmtDur))
 		r.p("")
 		if sc := r.scriptsPerAcq(k.Name); sc != "" {
-			r.p("%s script calls in the first FIFO run (SLOWLOG; the scripts named by a calibration run at the start): %s.", k.Name, sc)
+			r.p("%s script calls in the first FIFO run (SLOWLOG, which also logs the commands inside scripts and so keeps only the end of the run: counted per unlock, one per acquisition; the scripts named by a calibration run at the start; inspect is the FIFO sampler's): %s.", k.Name, sc)
 			r.p("")
 		}
 		if p := r.profileLine(k.Name); p != "" {
@@ -492,6 +492,8 @@ func (r *report) contended(chartPath string) {
 	r.p("### Against the number of contenders")
 	r.p("")
 	r.p("![Throughput and hand-over p50 against contenders](%s)", chartPath)
+	r.p("")
+	r.p("Log scales; peers dashed. A hand-over p50 of zero or less (see the table) has no point on the chart.")
 	r.p("")
 	levels := r.Settings.Contenders
 	header := []string{"acquisitions/s"}
@@ -600,7 +602,7 @@ func (r *report) manyLocks() {
 func (r *report) queueScaling() {
 	r.p("## 5. Queue scaling: server time per call with N owners queued (%s)", r.Kinds[0].Name)
 	r.p("")
-	r.p("p50 of SLOWLOG's per-call execution time (microsecond resolution). enqueue: a new owner joining the tail; re-check: that owner's next acquire, already queued (after subscribing; a heartbeat costs the same); leave: that owner giving up (TryLock's wait ran out); unlock: the holder's release, which hands the lock to the waiter first in line; grant: the script calls the new holder makes after that unlock, up to 10 ms after its Lock returned, added up.")
+	r.p("p50 of SLOWLOG's per-call execution time (microsecond resolution; logging every command, those inside the scripts too, adds a little to each script's time, alike at every length). enqueue: a new owner joining the tail; re-check: that owner's next acquire, already queued (after subscribing; a heartbeat costs the same); leave: that owner giving up (TryLock's wait ran out); unlock: the holder's release, which hands the lock to the waiter first in line; grant: the script calls the new holder makes after that unlock, up to 10 ms after its Lock returned, added up.")
 	r.p("")
 	lengths := r.Settings.QueueLengths
 	header := []string{"operation"}

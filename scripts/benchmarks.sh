@@ -2,7 +2,7 @@
 # Compares fairlock (on each adapter) with rueidislock, redsync and
 # redislock in one run against a redis-server it starts on a free loopback
 # port, and writes BENCHMARKS.md, benchmarks/contention.svg (the chart) and
-# benchmarks/results.json (the raw figures). Takes about 7 minutes on 2
+# benchmarks/results.json (the raw figures). Takes about 5 minutes on 2
 # cores and stops by itself within 9 (every scenario is bounded in count
 # and time).
 #
