@@ -1,0 +1,338 @@
+// Package goredisbackend adapts a github.com/redis/go-redis/v9 client to
+// backend.Backend, so package lock can run on it.
+//
+// # Clients
+//
+// New takes a redis.UniversalClient: redis.NewClient (standalone),
+// redis.NewFailoverClient (Sentinel), redis.NewClusterClient, or what
+// redis.NewUniversalClient returns for those, with or without hooks such as
+// redisotel's. A redis.Ring is not supported: it spreads channels over
+// independent servers, so its Subscribe returns backend.ErrNotSupported.
+// Set Options.ContextTimeoutEnabled: without it go-redis ignores context
+// deadlines on the socket, and a call to a server that hangs waits for
+// ReadTimeout (5 s by default) instead of the lock's deadline.
+//
+// # Scripts and retries
+//
+// Eval runs a redis.Script with Script.Run (EVALSHA, then EVAL on
+// NOSCRIPT). EvalBatch sends its calls as one pipeline (Pipelined), one
+// write per node, and runs a call the server answered with NOSCRIPT again
+// with EVAL.
+//
+// go-redis retries a command after a network error or a read timeout
+// (Options.MaxRetries, 3 by default), even when the command was written and
+// only its reply was lost. The adapter sends every script as a command go-redis never retries
+// (Cmder.NoRetry), whatever MaxRetries says; the client's other commands
+// keep their retries. The backend contract requires it (a network error
+// leaves the outcome unknown, and Eval must not retry on its own), and not
+// every script tolerates a second run. acquire, unlock, renew and leave
+// do: they carry the token and count of the hold the client knows (unlock
+// also a request latch), so a second run never counts or releases twice. But
+// force_unlock and delete act on whoever holds the lock: the first run
+// hands the lock to the head waiter, and a retry would evict that new
+// holder too. And TryLockOnce promises a single attempt. The lock retries
+// what is safe itself, with back-off (RULES.md X14).
+//
+// # Wake-ups
+//
+// Wake-ups arrive on one redis.PubSub at a time per Backend, shared by every
+// channel through backend.Hub, which subscribes and unsubscribes channels
+// at run time. Subscribe returns once the server confirmed the channel (the
+// subscribe reply read by the receive loop), not when go-redis wrote the
+// command. go-redis re-dials a PubSub by itself when its connection fails,
+// and messages published meanwhile are lost without a word; so the adapter
+// treats anything that makes go-redis reconnect (a failed read or write,
+// or a subscribe reply nobody asked for, which is go-redis re-subscribing)
+// as the end of the connection: the Hub tells every subscriber (a Reconnect
+// event), opens a new PubSub and subscribes it again. The receive loop also
+// sends a PING after pingIdle of silence and ends the connection when
+// nothing comes back within pongWait, so a server that hangs or a dead
+// network path is noticed in seconds, not at TCP's keepalive timeout.
+//
+// # Optional capabilities
+//
+// Backend implements backend.ReplicaWaiter for standalone and Sentinel
+// clients: the script and WAIT run on one connection borrowed from the
+// client (Client.Conn), pipelined when WAIT's timeout fits in the client's
+// ReadTimeout, else one after the other; on cluster clients EvalWait
+// returns backend.ErrNotSupported.
+//
+// WatchKey (backend.KeyWatcher) returns backend.ErrNotSupported, and the
+// lock falls back to its heartbeat for changes that publish nothing (a DEL
+// by hand). Key watching needs CLIENT TRACKING with REDIRECT to the
+// subscription connection, and go-redis does not let that work reliably
+// from outside: with RESP3 (go-redis' default) the server sends the
+// invalidations as "invalidate" push frames, which a PubSub hands to the
+// client-wide push processor, not to Receive, and claiming "invalidate"
+// there clashes with go-redis' own client-side cache; with RESP2 they
+// arrive as __redis__:invalidate messages, but the PubSub cannot run
+// CLIENT ID to be named as the REDIRECT target, go-redis' Receive fails on
+// the nil payload of a flush-all invalidation, and tracking has to be
+// turned on from a second connection whose silent loss would stop the
+// invalidations without notice.
+package goredisbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+// Backend implements backend.Backend on a go-redis client.
+type Backend struct {
+	client  redis.UniversalClient
+	scripts sync.Map // SHA1 -> *redis.Script
+	hub     *backend.Hub
+}
+
+var (
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.KeyWatcher    = (*Backend)(nil)
+	_ backend.ReplicaWaiter = (*Backend)(nil)
+)
+
+// New returns a Backend using client. Closing the Backend does not close
+// the client.
+func New(client redis.UniversalClient) *Backend {
+	b := &Backend{client: client}
+	b.hub = backend.NewHub(b.dial)
+	return b
+}
+
+func (b *Backend) script(s *backend.Script) *redis.Script {
+	if rs, ok := b.scripts.Load(s.SHA1); ok {
+		return rs.(*redis.Script)
+	}
+	rs, _ := b.scripts.LoadOrStore(s.SHA1, redis.NewScript(s.Source))
+	return rs.(*redis.Script)
+}
+
+// Eval implements backend.Backend with Script.Run: EVALSHA, and EVAL when
+// the server answers NOSCRIPT. Neither is retried by go-redis.
+func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	return convert(b.script(s).Run(ctx, scripter{b.client, b.client}, keys, values(args)...))
+}
+
+// EvalBatch implements backend.Backend with one pipeline; a call the
+// server answers with NOSCRIPT runs again with EVAL.
+func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend.Result {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	// Each command carries its own result; the pipeline's error is the
+	// first of them.
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = evalCmd(ctx, "evalsha", c.Script.SHA1, c.Keys, c.Args)
+			_ = p.Process(ctx, once{cmds[i]})
+		}
+		return nil
+	})
+	out := make([]backend.Result, len(calls))
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			c := calls[i]
+			cmd = b.script(c.Script).Eval(ctx, scripter{b.client, b.client}, c.Keys, values(c.Args)...)
+		}
+		out[i].Reply, out[i].Err = convert(cmd)
+	}
+	return out
+}
+
+// waitMargin is the room left between WAIT's own timeout and the read
+// timeout of the pipeline that carries it.
+const waitMargin = time.Second
+
+// singleConn is a client that can lend one of its connections:
+// *redis.Client, standalone or Sentinel.
+type singleConn interface {
+	Conn() *redis.Conn
+	Options() *redis.Options
+}
+
+// EvalWait implements backend.ReplicaWaiter: the script and WAIT run on one
+// connection borrowed from the client, so WAIT counts the replicas that
+// acknowledged the script's writes. They go out as one pipeline when WAIT's
+// timeout fits in the client's ReadTimeout (a pipeline reads every reply
+// with that timeout), else one after the other. A cluster client (or any
+// client that cannot lend a connection) gets backend.ErrNotSupported.
+func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
+	sc, ok := b.client.(singleConn)
+	if !ok {
+		return backend.Reply{}, 0, fmt.Errorf("%w: WAIT after a script needs one connection; %T cannot lend one", backend.ErrNotSupported, b.client)
+	}
+	conn := sc.Conn()
+	defer conn.Close()
+	rs := b.script(s)
+	var (
+		script *redis.Cmd
+		wait   *redis.IntCmd
+	)
+	if rt := sc.Options().ReadTimeout; rt <= 0 || timeout+waitMargin <= rt {
+		pipelined := func(name, payload string) {
+			_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+				script = evalCmd(ctx, name, payload, keys, args)
+				_ = p.Process(ctx, once{script})
+				wait = redis.NewIntCmd(ctx, "wait", replicas, timeout.Milliseconds())
+				_ = p.Process(ctx, wait)
+				return nil
+			})
+		}
+		pipelined("evalsha", rs.Hash())
+		if isNoScript(script.Err()) {
+			pipelined("eval", s.Source)
+		}
+	} else {
+		script = rs.Run(ctx, scripter{conn, conn}, keys, values(args)...)
+		if script.Err() == nil || errors.Is(script.Err(), redis.Nil) {
+			wait = conn.Wait(ctx, replicas, timeout)
+		}
+	}
+	reply, err := convert(script)
+	if err != nil {
+		return reply, 0, err
+	}
+	acked, err := wait.Result()
+	if err != nil {
+		return reply, 0, mapError(err)
+	}
+	return reply, int(acked), nil
+}
+
+// Subscribe implements backend.Backend.
+func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return b.hub.Subscribe(ctx, channel)
+}
+
+// WatchKey implements backend.KeyWatcher by returning
+// backend.ErrNotSupported: see the package documentation for why.
+func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	return nil, fmt.Errorf("%w: goredisbackend does not watch keys (CLIENT TRACKING invalidations do not reach a go-redis PubSub reliably)", backend.ErrNotSupported)
+}
+
+// Close closes the subscription connection. It does not close the client.
+func (b *Backend) Close() error { return b.hub.Close() }
+
+// once is a command go-redis sends at most once: after a network error it
+// returns the error instead of sending the command again. Embedding the
+// *redis.Cmd gives it the rest of redis.Cmder.
+type once struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (once) NoRetry() bool { return true }
+
+// processor is what runs a command: a client, a Conn or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// scripter is the redis.Scripter that Script.Run uses: its EVAL and
+// EVALSHA are never retried; everything else goes to the client.
+type scripter struct {
+	redis.Scripter
+	p processor
+}
+
+func (s scripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return s.run(ctx, "eval", src, keys, args)
+}
+
+func (s scripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return s.run(ctx, "evalsha", sha1, keys, args)
+}
+
+func (s scripter) run(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	cmd := evalCmdValues(ctx, name, payload, keys, args)
+	_ = s.p.Process(ctx, once{cmd})
+	return cmd
+}
+
+// evalCmd builds EVAL or EVALSHA as go-redis' own Eval does.
+func evalCmd(ctx context.Context, name, payload string, keys, args []string) *redis.Cmd {
+	return evalCmdValues(ctx, name, payload, keys, values(args))
+}
+
+func evalCmdValues(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // the cluster client routes by the first key
+	}
+	return cmd
+}
+
+func values(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// convert maps a script's result to a backend reply: a nil reply becomes
+// backend.Nil, server error replies *backend.ServerError.
+func convert(cmd *redis.Cmd) (backend.Reply, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return backend.Reply{}, nil
+		}
+		return backend.Reply{}, mapError(err)
+	}
+	return fromValue(v)
+}
+
+// mapError maps a go-redis error: a server error reply becomes
+// *backend.ServerError, a closed client wraps backend.ErrClosed; others
+// (network, context) are returned as they are.
+func mapError(err error) error {
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, redis.ErrClosed):
+		return errors.Join(backend.ErrClosed, err)
+	case errors.As(err, &rerr):
+		return &backend.ServerError{Message: rerr.Error()}
+	}
+	return err
+}
+
+func fromValue(v any) (backend.Reply, error) {
+	switch v := v.(type) {
+	case nil:
+		return backend.Reply{}, nil
+	case int64:
+		return backend.IntReply(v), nil
+	case string:
+		return backend.StringReply(v), nil
+	case []any:
+		elems := make([]backend.Reply, len(v))
+		for i := range v {
+			var err error
+			if elems[i], err = fromValue(v[i]); err != nil {
+				return backend.Reply{}, err
+			}
+		}
+		return backend.ArrayReply(elems...), nil
+	case bool: // Lua true and false, for a script that chose RESP3 replies
+		if v {
+			return backend.IntReply(1), nil
+		}
+		return backend.Reply{}, nil
+	}
+	return backend.Reply{}, fmt.Errorf("%w: %T in a script reply", backend.ErrUnexpectedReply, v)
+}

@@ -1,0 +1,256 @@
+package goredisbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+// Health check of the subscription connection: after pingIdle without
+// anything read, the connection is sent a PING; when nothing arrives
+// within pongWait of it, the connection is taken for dead.
+const (
+	pingIdle   = time.Second
+	pongWait   = 3 * time.Second
+	checkEvery = 250 * time.Millisecond
+)
+
+// errReconnected reports that go-redis re-subscribed by itself, which it
+// does after re-dialling: messages sent meanwhile are lost.
+var errReconnected = errors.New("goredisbackend: the PubSub reconnected by itself")
+
+// dial opens a subscription connection: a new redis.PubSub, up and
+// answering (a PING was answered) when dial returns.
+func (b *Backend) dial(ctx context.Context, sink backend.Sink) (backend.PubSubConn, <-chan error, error) {
+	if _, ok := b.client.(*redis.Ring); ok {
+		// A Ring would pick the subscription's shard by channel name.
+		return nil, nil, fmt.Errorf("%w: subscriptions on a redis.Ring", backend.ErrNotSupported)
+	}
+	c := &pubSubConn{
+		ps:      b.client.Subscribe(ctx), // no channels: nothing sent yet
+		sink:    sink,
+		done:    make(chan error, 1),
+		ended:   make(chan struct{}),
+		pong:    make(chan struct{}, 1),
+		pending: make(map[string][]chan struct{}),
+	}
+	c.heard.Store(time.Now().UnixNano())
+	if err := ctx.Err(); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	// The PING dials; its answer, read by the receive loop, proves the
+	// connection works.
+	if err := c.ps.Ping(ctx); err != nil {
+		c.Close()
+		return nil, nil, mapError(err)
+	}
+	c.wg.Add(2)
+	go c.receive()
+	go c.check()
+	select {
+	case <-c.pong:
+		return c, c.done, nil
+	case <-c.ended:
+		c.Close()
+		return nil, nil, c.cause
+	case <-ctx.Done():
+		c.Close()
+		return nil, nil, ctx.Err()
+	}
+}
+
+// pubSubConn is one redis.PubSub with its receive loop: backend.PubSubConn.
+type pubSubConn struct {
+	ps   *redis.PubSub
+	sink backend.Sink
+	wg   sync.WaitGroup // receive and check
+
+	heard atomic.Int64  // when something was last read, in Unix ns
+	pong  chan struct{} // a PING was answered
+	done  chan error    // the connection's end, for the Hub
+	ended chan struct{} // closed at the end
+	end   sync.Once     // closes ended and done
+	cause error         // why it ended; written before ended is closed
+	close sync.Once     // closes ps
+	mu    sync.Mutex    // guards pending
+	// pending holds, per channel, the SUBSCRIBEs awaiting the server's
+	// confirmation, oldest first: the server confirms each channel of each
+	// SUBSCRIBE once, in order.
+	pending map[string][]chan struct{}
+}
+
+// Subscribe writes SUBSCRIBE and waits until the receive loop has read the
+// server's confirmation of every channel.
+func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	if err := c.usable(ctx); err != nil {
+		return err
+	}
+	confirmed := make([]chan struct{}, len(channels))
+	c.mu.Lock()
+	for i, ch := range channels {
+		confirmed[i] = make(chan struct{})
+		c.pending[ch] = append(c.pending[ch], confirmed[i])
+	}
+	c.mu.Unlock()
+	if err := c.ps.Subscribe(ctx, channels...); err != nil {
+		// go-redis re-dials after a failed write (even one cut short by
+		// ctx), silently: this connection is over.
+		c.finish(err)
+		return mapError(err)
+	}
+	for _, ch := range confirmed {
+		select {
+		case <-ch:
+		case <-c.ended:
+			return c.cause
+		case <-ctx.Done():
+			// The confirmation, when it comes, is still matched to this
+			// SUBSCRIBE: the order on the connection is kept.
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Unsubscribe writes UNSUBSCRIBE; its confirmation is not awaited.
+func (c *pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
+	if len(channels) == 0 { // go-redis would unsubscribe every channel
+		return nil
+	}
+	if err := c.usable(ctx); err != nil {
+		return err
+	}
+	if err := c.ps.Unsubscribe(ctx, channels...); err != nil {
+		c.finish(err)
+		return mapError(err)
+	}
+	return nil
+}
+
+// usable returns ctx's error or the connection's end, if any, before a
+// write: a write with a context that is already done fails, which would
+// make go-redis re-dial.
+func (c *pubSubConn) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-c.ended:
+		return c.cause
+	default:
+		return nil
+	}
+}
+
+// Close closes the PubSub and waits for its goroutines.
+func (c *pubSubConn) Close() {
+	c.finish(errors.Join(backend.ErrClosed, errors.New("goredisbackend: subscription connection closed")))
+	c.close.Do(func() { _ = c.ps.Close() })
+	c.wg.Wait()
+}
+
+// finish ends the connection for cause: once, reported on done, and every
+// Subscribe waiting for a confirmation returns.
+func (c *pubSubConn) finish(cause error) {
+	c.end.Do(func() {
+		c.cause = fmt.Errorf("goredisbackend: subscription connection lost: %w", cause)
+		close(c.ended)
+		c.done <- c.cause
+		close(c.done)
+	})
+}
+
+// receive reads the connection until it ends. It never blocks on anything
+// but the read: the sink hands messages on without blocking.
+func (c *pubSubConn) receive() {
+	defer c.wg.Done()
+	for {
+		msg, err := c.ps.Receive(context.Background())
+		if err != nil {
+			// Includes the read a Close interrupts. go-redis has already
+			// re-dialled on a failed read; messages may have been lost.
+			c.finish(err)
+			return
+		}
+		c.heard.Store(time.Now().UnixNano())
+		switch m := msg.(type) {
+		case *redis.Message:
+			c.sink.Deliver(m.Channel, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && !c.confirm(m.Channel) {
+				c.finish(errReconnected)
+				return
+			}
+		case *redis.Pong:
+			select {
+			case c.pong <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// confirm hands the confirmation of channel to the oldest SUBSCRIBE
+// waiting for it, and reports whether there was one.
+func (c *pubSubConn) confirm(channel string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	waiting := c.pending[channel]
+	if len(waiting) == 0 {
+		return false
+	}
+	close(waiting[0])
+	if len(waiting) == 1 {
+		delete(c.pending, channel)
+	} else {
+		c.pending[channel] = waiting[1:]
+	}
+	return true
+}
+
+// check sends a PING after pingIdle of silence and ends the connection when
+// nothing has been read pongWait after it: a hung server or a dead path
+// would otherwise go unnoticed until TCP gives up, minutes later.
+func (c *pubSubConn) check() {
+	defer c.wg.Done()
+	t := time.NewTicker(checkEvery)
+	defer t.Stop()
+	var pinged time.Time // zero: no PING unanswered
+	for {
+		select {
+		case <-c.ended:
+			return
+		case <-t.C:
+		}
+		heard := time.Unix(0, c.heard.Load())
+		now := time.Now()
+		if !pinged.IsZero() {
+			if heard.After(pinged) {
+				pinged = time.Time{}
+			} else if now.Sub(pinged) > pongWait {
+				c.finish(fmt.Errorf("no reply to PING within %v", pongWait))
+				return
+			}
+		}
+		if pinged.IsZero() && now.Sub(heard) >= pingIdle {
+			pinged = now
+			ctx, cancel := context.WithTimeout(context.Background(), pongWait)
+			err := c.ps.Ping(ctx)
+			cancel()
+			if err != nil {
+				c.finish(err)
+				return
+			}
+		}
+	}
+}
