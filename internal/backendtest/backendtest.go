@@ -1,4 +1,4 @@
-// Package backendtest builds conformance factories for the two adapters,
+// Package backendtest builds conformance factories for the three adapters,
 // for the module's own tests: each call of a factory opens a new client
 // with the given options and closes it, and its backend, at the test's
 // cleanup.
@@ -9,8 +9,10 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/conformance"
+	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 )
@@ -42,6 +44,22 @@ func Valkey(opt valkey.ClientOption) conformance.Factory {
 		tb.Cleanup(func() {
 			b.Close()
 			vc.Close()
+		})
+		return b
+	}
+}
+
+// GoRedis returns backends on new go-redis clients built from opt by
+// redis.NewUniversalClient: standalone, Sentinel (MasterName) or cluster
+// (IsClusterMode, or several Addrs).
+func GoRedis(opt redis.UniversalOptions) conformance.Factory {
+	return func(tb testing.TB) backend.Backend {
+		o := opt // NewUniversalClient may fill in defaults
+		rc := redis.NewUniversalClient(&o)
+		b := goredisbackend.New(rc)
+		tb.Cleanup(func() {
+			b.Close()
+			rc.Close()
 		})
 		return b
 	}
