@@ -7,6 +7,7 @@ import (
 	"github.com/fairlock/fairlock/conformance"
 	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 )
@@ -17,8 +18,9 @@ var crossSeeds = []int64{1, 2, 3, 4, 5}
 const crossSteps = 200
 
 // TestCrossAdapterTracesMatch runs the seeded differential workload on the
-// rueidis and valkey-go adapters against one server and requires identical
-// traces: who holds when, results and error kinds, queues and tokens.
+// rueidis, valkey-go and go-redis adapters against one server and requires
+// identical traces: who holds when, results and error kinds, queues and
+// tokens.
 func TestCrossAdapterTracesMatch(t *testing.T) {
 	srv := redistest.Start(t)
 	adapters := []struct {
@@ -27,6 +29,7 @@ func TestCrossAdapterTracesMatch(t *testing.T) {
 	}{
 		{"rueidis", backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})},
 		{"valkey-go", backendtest.Valkey(valkey.ClientOption{InitAddress: []string{srv.Addr()}})},
+		{"go-redis", backendtest.GoRedis(redis.UniversalOptions{Addrs: []string{srv.Addr()}})},
 	}
 	for _, seed := range crossSeeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
