@@ -32,6 +32,10 @@ go vet ./...
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v /internal/faultsuite)
 go test -race -count=1 -timeout 5m -v ./internal/faultsuite/ | grep -E '^(--- |ok|FAIL|PASS)|figures:'
 test "${PIPESTATUS[0]}" -eq 0
+# An outside module runs the conformance suite against its own backend with
+# exported packages only; the benchmarks module (its own go.mod) must build.
+(cd examples/outsidebackend && go vet ./... && go test -race -count=1 ./...)
+(cd benchmarks && go vet ./...)
 # A short run of each fuzz target (names and durations, X10 in RULES.md).
 go test -run '^$' -fuzz '^FuzzLockName$' -fuzztime 10s ./lock/
 go test -run '^$' -fuzz '^FuzzDuration$' -fuzztime 5s ./lock/
