@@ -22,29 +22,40 @@ func handOverCases() []testCase {
 // testB4OneMessage: the waiter (without the key watch, whose invalidation
 // races the message) is granted the lock by the holder's Unlock and
 // returns without sending an acquire of its own; its client then takes the
-// grant up with a renewal, and the hold lasts.
+// grant up with a renewal, and the hold lasts. On a loaded machine a
+// hand-over may still go through an attempt (a heartbeat due at that
+// moment), so up to five hand-overs are tried and one must be a single
+// message.
 func testB4OneMessage(t *testing.T, s *suite) {
 	name := lockName(t)
 	holder := s.newProc(t).mutex(t, name)
 	wp := withoutKeyWatch(s.newProc(t))
 	waiter := wp.mutex(t, name)
-	mustLock(t, holder)
-	var before int
-	h := handOver(t, holder, wp, waiter, slack, "waiter after unlock", func() {
-		before = wp.b.count("acquire")
-		mustUnlock(t, holder)
-	})
-	if n := wp.b.count("acquire") - before; n != 0 {
-		t.Errorf("the waiter sent %d acquire calls after the unlock, want 0: the grant came in the wake-up", n)
+	var attempts []int
+	for range 5 {
+		mustLock(t, holder)
+		var before int
+		renews := wp.b.count("renew")
+		h := handOver(t, holder, wp, waiter, slack, "waiter after unlock", func() {
+			before = wp.b.count("acquire")
+			mustUnlock(t, holder)
+		})
+		n := wp.b.count("acquire") - before
+		attempts = append(attempts, n)
+		if n == 0 {
+			waitUntil(t, eventually, "the grant to be taken up (renewed)", func() bool {
+				return wp.b.count("renew") > renews
+			})
+			if c, _ := waiter.HoldCount(ctxFor(t, eventually)); c != 1 {
+				t.Errorf("hold count %d after the hand-over, want 1", c)
+			}
+			stillHeld(t, h, "after the hand-over")
+			mustUnlock(t, waiter)
+			return
+		}
+		mustUnlock(t, waiter)
 	}
-	waitUntil(t, eventually, "the grant to be taken up (renewed)", func() bool {
-		return wp.b.count("renew") > 0
-	})
-	if n, _ := waiter.HoldCount(ctxFor(t, eventually)); n != 1 {
-		t.Errorf("hold count %d after the hand-over, want 1", n)
-	}
-	stillHeld(t, h, "after the hand-over")
-	mustUnlock(t, waiter)
+	t.Errorf("acquire calls by the waiter after each unlock: %v, want 0 at least once: the grant never came in the wake-up", attempts)
 }
 
 // testX12StaleGrant: a grant message for this owner that is older than the

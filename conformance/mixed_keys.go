@@ -138,7 +138,7 @@ func testX11DeadGoHead(t *testing.T, s *suite) {
 	waitQueued(t, holder, 1)
 	rc := s.newRedisson(t)
 	j := rc.lock(name, 7)
-	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, eventually), 10*time.Second) })
+	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, 60*time.Second), 10*time.Second) })
 	waitQueued(t, holder, 2)
 	cb.crashed.Store(true)
 	before := rc.count("redisson_acquire")
