@@ -209,18 +209,25 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // caller holds the gate.
 func (w *waiter) undo(ctx context.Context, view holdView) {
 	w.queued = false
-	m := w.m
-	left, err := m.leaveQueue(ctx, view.token)
-	if err == nil && left.held != view && left.held.count > 0 {
-		cctx, cancel := cleanupContext(ctx)
-		_, _, err = m.release(cctx, left.held, w.lease)
-		cancel()
-	}
-	if err != nil {
+	if err := w.giveBack(ctx, view); err != nil {
 		if live := w.o.current(); live != nil {
 			live.end(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
 		}
 	}
+}
+
+// giveBack takes the owner out of the queue and gives back whatever the
+// server says it holds beyond view, the hold the client knows (a grant of
+// unknown outcome, a hand-over grant not taken up). The caller holds the
+// gate.
+func (w *waiter) giveBack(ctx context.Context, view holdView) error {
+	left, err := w.m.leaveQueue(ctx, view.token)
+	if err == nil && left.held != view && left.held.count > 0 {
+		cctx, cancel := cleanupContext(ctx)
+		_, _, err = w.m.release(cctx, left.held, w.lease)
+		cancel()
+	}
+	return err
 }
 
 // leave takes the owner out of the queue, best effort (X5), under the
@@ -234,11 +241,7 @@ func (w *waiter) leave(ctx context.Context) {
 		return
 	}
 	defer w.o.exit()
-	view := w.o.current().view()
-	left, err := w.m.leaveQueue(ctx, view.token)
-	if err == nil && left.held != view && left.held.count > 0 {
-		_, _, _ = w.m.release(ctx, left.held, w.lease)
-	}
+	_ = w.giveBack(ctx, w.o.current().view())
 }
 
 // subscribe subscribes to the owner's wake-up channel, riding through
