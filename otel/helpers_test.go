@@ -122,7 +122,9 @@ type env struct {
 	srv    *redistest.Server
 	spans  *tracetest.InMemoryExporter
 	tp     *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
 	reader *sdkmetric.ManualReader
+	opts   []fairotel.Option // the Observer's
 	obs    *fairotel.Observer
 	caller trace.Tracer // for the callers' own spans
 }
@@ -131,19 +133,26 @@ func newEnv(t *testing.T, a adapter, opts ...fairotel.Option) *env {
 	t.Helper()
 	e := &env{t: t, a: a, srv: redistest.Start(t), spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(e.spans))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
+	e.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
 	t.Cleanup(func() {
 		_ = e.tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
+		_ = e.mp.Shutdown(context.Background())
 	})
-	obs, err := fairotel.NewObserver(append([]fairotel.Option{
-		fairotel.WithTracerProvider(e.tp), fairotel.WithMeterProvider(mp)}, opts...)...)
-	if err != nil {
-		t.Fatalf("NewObserver: %v", err)
-	}
-	e.obs = obs
+	e.opts = append([]fairotel.Option{fairotel.WithTracerProvider(e.tp), fairotel.WithMeterProvider(e.mp)}, opts...)
+	e.newObserver()
 	e.caller = e.tp.Tracer("caller")
 	return e
+}
+
+// newObserver replaces the env's Observer with a new one on the same
+// providers, as a restarted process makes: clients made after it use it.
+func (e *env) newObserver() {
+	e.t.Helper()
+	obs, err := fairotel.NewObserver(e.opts...)
+	if err != nil {
+		e.t.Fatalf("NewObserver: %v", err)
+	}
+	e.obs = obs
 }
 
 // client returns a new lock client on the env's server with its Observer;
@@ -336,8 +345,9 @@ func (e *env) find(name string, want ...attribute.KeyValue) (point, bool) {
 	return point{}, false
 }
 
-// waiters returns fairlock.waiter.count for client c.
-func (e *env) waiters(c *lock.Client) int64 {
-	p, _ := e.find("fairlock.waiter.count", attribute.String("fairlock.client.id", c.ID()))
+// waiters returns fairlock.waiter.count without a lock name: the calls
+// queued in all the env's clients.
+func (e *env) waiters() int64 {
+	p, _ := e.find("fairlock.waiter.count")
 	return p.value
 }

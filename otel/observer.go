@@ -39,7 +39,6 @@ const (
 const (
 	keyLockName      = attribute.Key("fairlock.lock.name")
 	keyOwner         = attribute.Key("fairlock.owner")
-	keyClientID      = attribute.Key("fairlock.client.id")
 	keyOperation     = attribute.Key("fairlock.operation")
 	keyOutcome       = attribute.Key("fairlock.outcome")
 	keyWaitDuration  = attribute.Key("fairlock.wait.duration")
@@ -114,7 +113,10 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // metric (default off). Spans always carry it; metrics do not by default
 // because lock names are often per entity ("order:4711"), and one time
 // series per name would grow without bound. Turn it on when your
-// application uses a small, fixed set of lock names.
+// application uses a small, fixed set of lock names. As a guard against
+// turning it on for per-entity names, an Observer gives their own series
+// to the first 50 distinct names it sees (MaxMetricLockNames); later
+// names are recorded as fairlock.lock.name "_OTHER".
 func WithLockNameInMetrics() Option {
 	return func(c *config) error {
 		c.nameInMetrics = true
@@ -122,12 +124,26 @@ func WithLockNameInMetrics() Option {
 	}
 }
 
+// MaxMetricLockNames is how many distinct lock names an Observer made with
+// WithLockNameInMetrics puts in metrics; later names are recorded as
+// "_OTHER". fairlock.acquire.attempts has up to 12 attribute sets per name (3
+// operations times 4 outcomes) plus 3 per error.type seen, so 50 names with
+// up to 9 error types stay under the OpenTelemetry Go SDK's default limit
+// of 2000 series per instrument, past which the SDK folds every new set,
+// whatever its outcome, into one overflow series.
+const MaxMetricLockNames = 50
+
+// otherName stands for the lock names past MaxMetricLockNames, as _OTHER
+// stands for unlisted values in the semantic conventions' error.type.
+const otherName = "_OTHER"
+
 // Observer implements lock.Observer with OpenTelemetry spans and metrics.
 // Create it with NewObserver; it is safe for concurrent use and may be
 // shared by several lock clients. The zero value is not usable.
 type Observer struct {
 	tracer        trace.Tracer
 	nameInMetrics bool
+	names         metricNames // with nameInMetrics
 
 	acquireDuration metric.Float64Histogram
 	acquireAttempts metric.Int64Counter
@@ -191,7 +207,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	err = errors.Join(err, e)
 	o.waiters, e = meter.Int64UpDownCounter(metricWaiters,
 		metric.WithUnit("{waiter}"),
-		metric.WithDescription("Acquire calls currently queued for a lock, per lock client."))
+		metric.WithDescription("Acquire calls currently queued for a lock, in this process."))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("fairlock/otel: creating instruments: %w", err)
@@ -225,7 +241,7 @@ func failingOption[C any](_ func(*C) error, err error) func(*C) error {
 // commands of the acquire nest under it.
 func (o *Observer) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
 	ctx, span := o.startSpan(ctx, spanAcquire, c)
-	return ctx, &acquireTracker{o: o, ctx: ctx, span: span, call: c}
+	return ctx, &acquireTracker{o: o, ctx: ctx, span: span, call: c, name: o.metricName(c)}
 }
 
 // startSpan starts a span for call c as a child of the span in ctx.
@@ -246,7 +262,8 @@ type acquireTracker struct {
 	ctx    context.Context // carries span, for exemplars
 	span   trace.Span
 	call   lock.Call
-	queued bool // counted in fairlock.waiter.count
+	name   string // fairlock.lock.name in metrics, "" when left out
+	queued bool   // counted in fairlock.waiter.count
 }
 
 // Queued implements lock.AcquireTracker.
@@ -255,7 +272,7 @@ func (t *acquireTracker) Queued(position int) {
 		return
 	}
 	t.queued = true
-	t.o.waiters.Add(t.ctx, 1, t.o.waiterOpts(t.call).add...)
+	t.o.waiters.Add(t.ctx, 1, t.o.attrs.get(attrKey{name: t.name}).add...)
 	if t.span.IsRecording() {
 		t.span.AddEvent(eventQueued, trace.WithAttributes(keyQueuePosition.Int(position)))
 	}
@@ -272,14 +289,14 @@ func (t *acquireTracker) Woken(reconnect bool) {
 func (t *acquireTracker) End(r lock.AcquireResult) {
 	o, span := t.o, t.span
 	if t.queued {
-		o.waiters.Add(t.ctx, -1, o.waiterOpts(t.call).add...)
+		o.waiters.Add(t.ctx, -1, o.attrs.get(attrKey{name: t.name}).add...)
 	}
 	var errType string
 	if r.Outcome == lock.OutcomeError {
 		errType = errorType(r.Err)
 	}
 	mo := o.attrs.get(attrKey{
-		op: t.call.Op, outcome: string(r.Outcome), errType: errType, name: o.metricName(t.call),
+		op: t.call.Op, outcome: string(r.Outcome), errType: errType, name: t.name,
 	})
 	o.acquireDuration.Record(t.ctx, r.Wait.Seconds(), mo.rec...)
 	o.acquireAttempts.Add(t.ctx, 1, mo.add...)
@@ -393,15 +410,43 @@ func (o *Observer) Renewed(c lock.Call, err error) {
 	o.renewals.Add(context.Background(), 1, o.attrs.get(attrKey{errType: errType, name: o.metricName(c)}).add...)
 }
 
-func (o *Observer) waiterOpts(c lock.Call) *measureOpts {
-	return o.attrs.get(attrKey{client: c.Owner.ClientID, name: o.metricName(c)})
+// metricName is the fairlock.lock.name of c in metrics: "" (left out)
+// unless WithLockNameInMetrics was given.
+func (o *Observer) metricName(c lock.Call) string {
+	if !o.nameInMetrics {
+		return ""
+	}
+	return o.names.label(c.Name)
 }
 
-func (o *Observer) metricName(c lock.Call) string {
-	if o.nameInMetrics {
-		return c.Name
+// metricNames admits the first MaxMetricLockNames lock names to metrics
+// and keeps them for the Observer's life, so a name's measurements (the
+// +1 and -1 of fairlock.waiter.count among them) always land in one series.
+type metricNames struct {
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+func (n *metricNames) label(name string) string {
+	n.mu.RLock()
+	_, ok := n.seen[name]
+	n.mu.RUnlock()
+	if ok {
+		return name
 	}
-	return ""
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.seen[name]; ok {
+		return name
+	}
+	if len(n.seen) >= MaxMetricLockNames {
+		return otherName
+	}
+	if n.seen == nil {
+		n.seen = make(map[string]struct{})
+	}
+	n.seen[name] = struct{}{}
+	return name
 }
 
 // errorType is the low-cardinality error.type of err: a short name for the
@@ -445,13 +490,14 @@ func errorType(err error) string {
 }
 
 // attrKey is the content of one metric attribute set; empty fields are
-// left out of the set.
+// left out of the set. Every field takes a bounded set of values (name
+// through metricNames); nothing that differs between processes or clients
+// belongs here.
 type attrKey struct {
 	op      lock.Op
 	outcome string
 	errType string
 	name    string
-	client  string
 }
 
 // measureOpts are the prebuilt options for one attribute set, so that
@@ -461,9 +507,8 @@ type measureOpts struct {
 	rec []metric.RecordOption
 }
 
-// maxCachedSets bounds attrCache: past it (many lock names with
-// WithLockNameInMetrics, or many short-lived clients) sets are built per
-// call instead of kept.
+// maxCachedSets bounds attrCache: past it (many error types times many
+// lock names) sets are built per call instead of kept.
 const maxCachedSets = 4096
 
 type attrCache struct {
@@ -478,7 +523,7 @@ func (a *attrCache) get(k attrKey) *measureOpts {
 	if ok {
 		return m
 	}
-	kvs := make([]attribute.KeyValue, 0, 5)
+	kvs := make([]attribute.KeyValue, 0, 4)
 	if k.op != "" {
 		kvs = append(kvs, keyOperation.String(string(k.op)))
 	}
@@ -490,9 +535,6 @@ func (a *attrCache) get(k attrKey) *measureOpts {
 	}
 	if k.name != "" {
 		kvs = append(kvs, keyLockName.String(k.name))
-	}
-	if k.client != "" {
-		kvs = append(kvs, keyClientID.String(k.client))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
 	m = &measureOpts{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
