@@ -430,9 +430,13 @@ type metricNames struct {
 func (n *metricNames) label(name string) string {
 	n.mu.RLock()
 	_, ok := n.seen[name]
+	full := len(n.seen) >= MaxMetricLockNames
 	n.mu.RUnlock()
-	if ok {
+	switch {
+	case ok:
 		return name
+	case full: // names past the cap take no exclusive lock
+		return otherName
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
