@@ -29,6 +29,7 @@ type Client struct {
 	mu     sync.Mutex
 	owners map[string]*ownerState // owners with a call in flight or a live hold
 	holds  map[*Hold]holdRef      // live holds, for the watchdog
+	parked int                    // owners with a parked subscription (park.go)
 	closed bool
 
 	kick        chan struct{}   // tells listenReconnects a hold started

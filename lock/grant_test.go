@@ -1,8 +1,11 @@
 package lock
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
-// TestParseGrant: only a well-formed "grant:<token>:<server ms>" is a
+// TestParseGrant: only a well-formed "grant:<token>:<server µs>" is a
 // hand-over grant; anything else (the plain wake-up "0", garbage) is not.
 func TestParseGrant(t *testing.T) {
 	tests := []struct {
@@ -20,6 +23,30 @@ func TestParseGrant(t *testing.T) {
 	for _, tc := range tests {
 		if got := parseGrant(tc.payload); got != tc.want {
 			t.Errorf("parseGrant(%q) = %+v, want %+v", tc.payload, got, tc.want)
+		}
+	}
+}
+
+// TestParseHead: a head message carries the hold's time left in ms; a
+// malformed or non-positive one says nothing.
+func TestParseHead(t *testing.T) {
+	tests := []struct {
+		payload string
+		want    time.Duration
+		ok      bool
+	}{
+		{"head:30000", 30 * time.Second, true},
+		{"head:1", time.Millisecond, true},
+		{"head:0", 0, false},
+		{"head:-1", 0, false},
+		{"head:", 0, false},
+		{"head:2.5", 0, false},
+		{"", 0, false},
+	}
+	for _, tc := range tests {
+		got, ok := parseHead(grantMessage{head: tc.payload})
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseHead(%q) = %v, %t, want %v, %t", tc.payload, got, ok, tc.want, tc.ok)
 		}
 	}
 }

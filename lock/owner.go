@@ -22,8 +22,9 @@ type ownerState struct {
 	hold *Hold // the latest hold; it may have ended
 
 	// guarded by Client.mu
-	refs    int // calls using it, plus one while its hold lasts
-	waiting int // calls queued (or about to be) for this owner
+	refs    int        // calls using it, plus one while its hold lasts or a subscription is parked
+	waiting int        // calls queued (or about to be) for this owner
+	parked  *parkedSub // the subscription of an ended wait (park.go)
 }
 
 // enter takes the gate, or returns ctx's error.

@@ -36,7 +36,8 @@ type waiter struct {
 	timer   *time.Timer
 	queued  bool      // the owner may be in the queue because of this call
 	lastAck time.Time // send time of the latest attempt that queued the owner
-	ackedAt int64     // the server's time (ms) when that attempt ran
+	ackedAt int64     // the server's time (µs) when that attempt ran
+	headAt  time.Time // when this call learnt the owner is first in line
 }
 
 // run makes the call: attempts until the lock is granted, the call gives
@@ -45,10 +46,11 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	c := w.m.c
 	if !w.call.once {
 		c.startWaiting(w.o)
+		w.sub = c.takeParked(w.o)
 	}
 	h, err := w.loop(ctx)
 	if w.sub != nil {
-		w.sub.Close()
+		c.park(w.o, w.sub)
 	}
 	w.watch.stop()
 	if w.timer != nil {
@@ -84,7 +86,7 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			continue
 		}
 		if r.head {
-			w.watch.arm(ctx, w.m)
+			w.becameHead()
 		}
 		g, err := w.sleep(ctx, r.hint)
 		if err != nil {
@@ -171,8 +173,8 @@ func (w *waiter) start(ctx context.Context, h *Hold) bool {
 // liveness deadline the attempt set, a waiter timeout after it ran; so the
 // hold's deadline is lastAck plus the waiter timeout (or the lease, if
 // shorter) - when less than a third of that is left, an attempt takes the
-// grant up instead - and the watchdog takes the grant up at once,
-// extending it to the lease. It returns nil - and the caller attempts as usual - when the
+// grant up instead - and a renewal takes the grant up, extending it to the
+// lease, once a third of that has passed (unless the hold ended sooner). It returns nil - and the caller attempts as usual - when the
 // grant is not for this call or the owner holds already (another
 // goroutine of the owner took the grant up, or an attempt did).
 func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
@@ -196,7 +198,9 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 	if !w.start(ctx, h) {
 		return nil
 	}
-	c.confirm(h)
+	// Renewed to the lease by a third of the firm deadline, so a renewal
+	// has two thirds of it to get through.
+	c.confirm(h, w.lastAck.Add(firm/3))
 	w.result.HoldCount, w.result.Token = 1, token
 	return h
 }
@@ -251,7 +255,6 @@ func (w *waiter) subscribe(ctx context.Context) error {
 		sub, err := w.m.c.b.Subscribe(ctx, w.m.channel)
 		if err == nil {
 			w.sub = sub
-			w.timer = time.NewTimer(time.Hour)
 			return nil
 		}
 		if ctx.Err() != nil || !transient(err) {
@@ -263,16 +266,74 @@ func (w *waiter) subscribe(ctx context.Context) error {
 	}
 }
 
+// watchDelay is how long an owner waits first in line before it watches
+// the lock hash (keyWatch). A hand-over usually comes sooner, with its own
+// message, so a short wait at the head costs no tracking commands; a
+// change that publishes nothing (a DEL by hand) is noticed at most this
+// much later than with a watch from the start.
+const watchDelay = 20 * time.Millisecond
+
+// becameHead notes that the owner is first in line.
+func (w *waiter) becameHead() {
+	if w.headAt.IsZero() {
+		w.headAt = time.Now()
+	}
+}
+
 // sleep waits for a wake-up, or at most hint: the heartbeat interval, or
 // the lease left when this owner is at the head (X3, X4). It returns the
-// hand-over grant the wake-up announced, if any. Since Go 1.23 Reset also
-// discards a tick nobody received.
+// hand-over grant the wake-up announced, if any. A wake-up that only says
+// the owner is now first in line, and how long the hold has left
+// ("head:<ms>", wake in prelude.lua), shortens the wait without a round
+// trip; a head that has waited watchDelay starts watching the lock hash.
+// Since Go 1.23 Reset also discards a tick nobody received.
 func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, error) {
-	w.timer.Reset(max(hint, time.Millisecond))
+	end := time.Now().Add(max(hint, time.Millisecond))
+	armed := false // one try per sleep: a failed watch costs only the early wake-up
+	for {
+		wait, arming := time.Until(end), false
+		if !armed && !w.headAt.IsZero() && w.watch.sub == nil {
+			if armIn := time.Until(w.headAt.Add(watchDelay)); armIn < wait {
+				wait, arming = armIn, true
+			}
+		}
+		if arming && wait <= 0 {
+			w.watch.arm(ctx, w.m)
+			armed = true
+			continue
+		}
+		if w.timer == nil {
+			w.timer = time.NewTimer(wait)
+		} else {
+			w.timer.Reset(wait)
+		}
+		g, again, err := w.sleepOnce(ctx, arming)
+		switch {
+		case !again:
+			return g, err
+		case g.head == "": // the timer, to arm the watch
+			w.watch.arm(ctx, w.m)
+			armed = true
+		default:
+			if ttl, ok := parseHead(g); ok {
+				w.becameHead()
+				end = earliest(end, time.Now().Add(ttl))
+			}
+		}
+	}
+}
+
+// sleepOnce waits for one event. again is true when the wait goes on:
+// the timer fired to arm the watch (arming), or a head message came (its
+// payload in g.head).
+func (w *waiter) sleepOnce(ctx context.Context, arming bool) (g grantMessage, again bool, err error) {
 	select {
 	case e := <-w.sub.Events():
 		w.woke(e)
-		return parseGrant(e.Payload), nil
+		if strings.HasPrefix(e.Payload, headPrefix) {
+			return grantMessage{head: e.Payload}, true, nil
+		}
+		return parseGrant(e.Payload), false, nil
 	case e := <-w.watch.events():
 		w.watch.stop() // fired: armed again while still the head
 		w.woke(e)
@@ -282,23 +343,48 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, e
 		runtime.Gosched()
 		select {
 		case e := <-w.sub.Events():
-			return parseGrant(e.Payload), nil
+			return parseGrant(e.Payload), false, nil
 		default:
 		}
 	case <-w.timer.C:
+		if arming {
+			return grantMessage{}, true, nil
+		}
 	case <-ctx.Done():
-		return grantMessage{}, ctx.Err()
+		return grantMessage{}, false, ctx.Err()
 	case <-w.m.c.closing:
-		return grantMessage{}, ErrClosed
+		return grantMessage{}, false, ErrClosed
 	}
-	return grantMessage{}, nil
+	return grantMessage{}, false, nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// headPrefix starts the message that tells a fairlock waiter it is first
+// in line behind a held lock: "head:<ms the hold has left>".
+const headPrefix = "head:"
+
+// parseHead returns the time left that a head message announced.
+func parseHead(g grantMessage) (time.Duration, bool) {
+	ms, err := strconv.ParseInt(strings.TrimPrefix(g.head, headPrefix), 10, 64)
+	if g.head == "" || err != nil || ms <= 0 {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
 
 // grantMessage is a hand-over grant announced on an owner's channel
-// ("grant:<token>:<server ms>", hand_over in prelude.lua).
+// ("grant:<token>:<server µs>", hand_over in prelude.lua), or a head
+// message.
 type grantMessage struct {
-	token int64 // 0: not a grant
-	at    int64 // the server's time when it was granted, ms
+	token int64  // 0: not a grant
+	at    int64  // the server's time when it was granted, µs
+	head  string // a head message's payload
 }
 
 func parseGrant(payload string) grantMessage {

@@ -104,10 +104,12 @@ type renewal struct {
 	lease time.Duration // 0: only checked
 }
 
-// confirm renews h at once, beside the watchdog (which may be busy with a
-// batch): a hand-over grant lasts only about a waiter timeout until renewed
-// (adopt). Close waits for it.
-func (c *Client) confirm(h *Hold) {
+// confirm renews h at the instant at, or when the hold ends first not at
+// all, beside the watchdog (which may be busy with a batch): a hand-over
+// grant lasts only about a waiter timeout until renewed (adopt). Most
+// holds taken over in contention end before at, and so never cost a
+// renewal. Close waits for it.
+func (c *Client) confirm(h *Hold, at time.Time) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -117,7 +119,24 @@ func (c *Client) confirm(h *Hold) {
 	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
-		c.renewHolds([]*Hold{h}, c.renewTimeout())
+		t := time.NewTimer(time.Until(at))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-h.Done():
+			return
+		case <-c.closing:
+			return
+		}
+		// Until the server answers (or the hold ends by its deadline).
+		hctx, cancel := h.Context(c.life)
+		defer cancel()
+		retry := newRetrier(c.closing)
+		for !c.renewHolds([]*Hold{h}, c.renewTimeout()) {
+			if retry.pause(hctx, ErrLockLost) != nil {
+				return
+			}
+		}
 	}()
 }
 

@@ -19,9 +19,9 @@
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
--- now} when it is queued: position is the owner's 1-based queue position
+-- nowUs} when it is queued: position is the owner's 1-based queue position
 -- when this call queued it, else 0; head is 1 when the owner is first in
--- line; now is the server's time in ms; waitHintMs is always >= 1 (X4).
+-- line; nowUs is the server's time in microseconds; waitHintMs is always >= 1 (X4).
 -- In "once" mode a refusal is {0, waitHintMs, 0}.
 --
 -- Idempotent for the caller's retries: a re-entry is applied only while the
@@ -40,7 +40,7 @@ local now = server_now()
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
-purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
+local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
 
 local held = redis.call('hget', KEYS[1], me)
 if held then
@@ -72,23 +72,24 @@ if held then
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
-  local head = redis.call('lindex', KEYS[2], 0)
+  local head = first
   if (not head) or head == me then
+    redis.call('hset', KEYS[1], me, 1)
+    redis.call('pexpire', KEYS[1], lease)
     if head then
       redis.call('lpop', KEYS[2])
       redis.call('zrem', KEYS[3], me)
       redis.call('zrem', KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
       -- longer than this lease (X3).
-      wake_head(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+      wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
     end
-    redis.call('hset', KEYS[1], me, 1)
-    redis.call('pexpire', KEYS[1], lease)
     return {1, next_token(KEYS[5], now, lease), 1}
   end
   -- Free, but another owner is first in line: it is granted the lock (or,
   -- a Redisson waiter, woken).
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[5], ARGV[6])
+  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[5], ARGV[6], head, first_live)
+  first = redis.call('lindex', KEYS[2], 0)
 end
 
 local hint = tonumber(ARGV[7])
@@ -98,7 +99,7 @@ end
 
 local position = 0
 local score = redis.call('zscore', KEYS[3], me)
-local is_head = redis.call('lindex', KEYS[2], 0) == me
+local is_head = first == me
 if score then
   -- Queued: heartbeat (X2). First in line, the Redisson deadline is the
   -- liveness deadline; further back it moves forward by the time since the
@@ -145,4 +146,4 @@ if is_head then
     hint = math.max(ttl, 1)
   end
 end
-return {0, hint, position, head, now}
+return {0, hint, position, head, clock_us}

@@ -27,7 +27,7 @@
 -- (X8).
 local me = ARGV[1]
 local now = server_now()
-purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[2], ARGV[3], me)
+purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[2], ARGV[3], me)
 local was_head = redis.call('lindex', KEYS[2], 0) == me
 local queued = redis.call('zrem', KEYS[3], me)
 redis.call('zrem', KEYS[4], me)
@@ -41,7 +41,7 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
   hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[2], ARGV[3])
 elseif was_head then
-  wake_head(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+  wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 end
 local count = tonumber(redis.call('hget', KEYS[1], me) or '0')
 return {queued, count, hold_token(KEYS[5])}

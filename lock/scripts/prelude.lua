@@ -24,10 +24,14 @@
 -- holds whatever wait the Redisson clients use.
 --
 -- Time comes from the server (X1): every "now" below is Redis' own clock in
--- milliseconds, never a client's.
+-- milliseconds, never a client's. server_now also keeps the same instant in
+-- microseconds (clock_us), which orders a hand-over grant after the
+-- waiter's latest acquire even when both ran in one millisecond.
+local clock_us = 0
 local function server_now()
   local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(clock_us / 1000)
 end
 
 -- notify publishes the unlock message "0" on an owner's channel with each
@@ -45,6 +49,7 @@ end
 -- come before it any more, so it needs no margin for their decrements,
 -- and if it dies, Redisson's own purge drops it within the waiter timeout
 -- (X11). A Redisson waiter (no liveness entry) is left alone.
+-- Returns the waiter's liveness deadline, nil for a Redisson waiter.
 local function tighten(timeouts, alive, owner)
   local deadline = redis.call('zscore', alive, owner)
   if deadline then
@@ -53,14 +58,33 @@ local function tighten(timeouts, alive, owner)
       redis.call('zadd', timeouts, deadline, owner)
     end
   end
+  return deadline
+end
+
+-- wake tells owner, just become first in line, to wait no longer than the
+-- lease left (X3), and tightens its deadline. A fairlock waiter (one with a
+-- liveness entry) behind a held lock is told how long the hold has left,
+-- "head:<ms>", and shortens its wait without a round trip; anyone else -
+-- a Redisson waiter, or any waiter when the lock is free - gets Redisson's
+-- unlock message "0" and runs an acquire.
+local function wake(hash, timeouts, alive, channel_prefix, publish, owner)
+  local msg = '0'
+  if tighten(timeouts, alive, owner) then
+    local ttl = redis.call('pttl', hash)
+    if ttl > 0 then
+      msg = string.format('head:%.0f', ttl)
+    end
+  end
+  for cmd in string.gmatch(publish, '[^,]+') do
+    redis.call(cmd, channel_prefix .. ':' .. owner, msg)
+  end
 end
 
 -- wake_head wakes the queue head, if there is one (X3).
-local function wake_head(queue, timeouts, alive, channel_prefix, publish)
+local function wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
   local head = redis.call('lindex', queue, 0)
   if head then
-    tighten(timeouts, alive, head)
-    notify(publish, channel_prefix, head)
+    wake(hash, timeouts, alive, channel_prefix, publish, head)
   end
   return head
 end
@@ -92,10 +116,9 @@ end
 -- counter does not outlive its use, and tokens never go backwards). The
 -- counter lives as long as the hold and a second more.
 local function next_token(token_key, now, lease)
-  local token
-  if redis.call('exists', token_key) == 1 then
-    token = redis.call('incr', token_key)
-  else
+  -- The counter starts far above 1, so 1 means INCR found no counter.
+  local token = redis.call('incr', token_key)
+  if token == 1 then
     token = now * 1000
     redis.call('set', token_key, token)
   end
@@ -106,7 +129,7 @@ end
 -- hand_over runs when the lock has just become free (the hash is gone).
 -- A live fairlock waiter at the head is granted the lock in the same step
 -- (one-message hand-over): it leaves the queue, holds with a new token, and
--- is told so on its channel ("grant:<token>:<server ms>"; the time lets the
+-- is told so on its channel ("grant:<token>:<server µs>"; the time lets the
 -- client tell this grant from an older one), so it holds the moment the
 -- message arrives, without another round trip. Its field holds 0 - granted,
 -- counted as one hold - until its client takes the grant up (its next
@@ -115,12 +138,14 @@ end
 -- timeout. Redisson waiters behind see a held lock and wait for its TTL
 -- instead of spinning. A Redisson head is only woken ("0"): it runs its own
 -- acquire. Either way the next head is woken (X3).
-local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
-  local head = redis.call('lindex', queue, 0)
+--
+-- hand_over_to does it for a head the caller has just read (purge): head
+-- is nil for an empty queue, deadline its liveness deadline (nil for a
+-- Redisson waiter).
+local function hand_over_to(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish, head, deadline)
   if not head then
     return
   end
-  local deadline = redis.call('zscore', alive, head)
   if deadline and tonumber(deadline) > now then
     -- Twice the liveness left: a live waiter heartbeats every third of its
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
@@ -132,12 +157,18 @@ local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_p
     redis.call('pexpire', hash, ttl)
     local token = next_token(token_key, now, ttl)
     for cmd in string.gmatch(publish, '[^,]+') do
-      redis.call(cmd, channel_prefix .. ':' .. head, string.format('grant:%.0f:%.0f', token, now))
+      redis.call(cmd, channel_prefix .. ':' .. head, string.format('grant:%.0f:%.0f', token, clock_us))
     end
-    wake_head(queue, timeouts, alive, channel_prefix, publish)
+    wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
     return
   end
-  wake_head(queue, timeouts, alive, channel_prefix, publish)
+  wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
+end
+
+local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
+  local head = redis.call('lindex', queue, 0)
+  local deadline = head and redis.call('zscore', alive, head)
+  hand_over_to(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish, head, deadline)
 end
 
 -- hold_token returns the fencing token of the current hold: the latest
@@ -167,40 +198,40 @@ local function keep_queue(queue, timeouts, alive, now, keep)
 end
 
 -- is_dead reports whether a queued owner's deadline has passed (or it has
--- none at all).
+-- none at all), and returns its liveness deadline (nil for a Redisson
+-- waiter).
 local function is_dead(timeouts, alive, owner, now)
-  local deadline = redis.call('zscore', alive, owner)
-  if not deadline then
-    deadline = redis.call('zscore', timeouts, owner)
-  end
-  return (not deadline) or tonumber(deadline) <= now
+  local live = redis.call('zscore', alive, owner)
+  local deadline = live or redis.call('zscore', timeouts, owner)
+  return (not deadline) or tonumber(deadline) <= now, live
 end
 
 -- purge removes queue heads that are dead (B5). Only the run of dead heads
 -- is visited, never the whole queue (X8). When the head changed, the new
 -- head is woken (X3) - unless it is the caller, me, which is running
 -- already - so it starts waiting no longer than the lease left. Returns
--- the number removed.
-local function purge(queue, timeouts, alive, now, channel_prefix, publish, me)
-  local removed = 0
+-- the live head (nil for an empty queue) and its liveness deadline (nil for
+-- a Redisson waiter), which callers use rather than read them again.
+local function purge(hash, queue, timeouts, alive, now, channel_prefix, publish, me)
+  local removed = false
   while true do
     local head = redis.call('lindex', queue, 0)
-    if (not head) or not is_dead(timeouts, alive, head, now) then
-      break
+    if not head then
+      return nil, nil
+    end
+    local dead, live = is_dead(timeouts, alive, head, now)
+    if not dead then
+      if removed and head ~= me then
+        wake(hash, timeouts, alive, channel_prefix, publish, head)
+        live = redis.call('zscore', alive, head)
+      elseif removed then
+        tighten(timeouts, alive, head)
+      end
+      return head, live
     end
     redis.call('lpop', queue)
     redis.call('zrem', timeouts, head)
     redis.call('zrem', alive, head)
-    removed = removed + 1
+    removed = true
   end
-  if removed > 0 then
-    local head = redis.call('lindex', queue, 0)
-    if head then
-      tighten(timeouts, alive, head)
-      if head ~= me then
-        notify(publish, channel_prefix, head)
-      end
-    end
-  end
-  return removed
 end

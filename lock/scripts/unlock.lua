@@ -38,7 +38,7 @@ if done then
 end
 local me = ARGV[1]
 local now = server_now()
-purge(KEYS[2], KEYS[3], KEYS[4], now, ARGV[3], ARGV[4], me)
+local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[3], ARGV[4], me)
 local held = redis.call('hget', KEYS[1], me)
 if not held then
   return -1
@@ -59,7 +59,7 @@ if count > 0 then
   extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
 else
   redis.call('del', KEYS[1])
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[3], ARGV[4])
+  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[3], ARGV[4], head, live)
 end
 redis.call('set', KEYS[6], count, 'px', ARGV[5])
 return count
