@@ -22,6 +22,7 @@ type Client struct {
 	id      string
 	cfg     config
 	scripts scriptSet
+	extra   extraScripts
 
 	nextOwner  atomic.Int64
 	noKeyWatch atomic.Bool // the backend said it cannot watch keys
@@ -39,6 +40,19 @@ type Client struct {
 	life        context.Context // cancelled by Close; bounds the watchdog's calls
 	end         context.CancelFunc
 	wg          sync.WaitGroup
+}
+
+// extraScripts are the scripts of extend.go,
+// built per Client like scriptSet. Each file builds its script's KEYS and
+// ARGV next to its embedded Lua.
+type extraScripts struct {
+	extend *backend.Script
+}
+
+func newExtraScripts() extraScripts {
+	return extraScripts{
+		extend: backend.NewScript("extend", preludeLua+"\n"+extendLua),
+	}
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
@@ -76,6 +90,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		id:          id,
 		cfg:         cfg,
 		scripts:     newScriptSet(),
+		extra:       newExtraScripts(),
 		owners:      make(map[string]*ownerState),
 		holds:       make(map[*Hold]holdRef),
 		kick:        make(chan struct{}, 1),

@@ -28,6 +28,10 @@ var (
 	// force-unlocked or deleted the lock, or renewal kept failing for longer
 	// than the lease (X7). Reported by Hold.Err.
 	ErrLockLost = errors.New("lock: lock lost")
+	// ErrWatchdogHold: Mutex.Extend on a hold the client's watchdog renews
+	// (taken by Lock, or re-entered by it): its lease is the watchdog's, not
+	// the caller's. Nothing was sent to Redis.
+	ErrWatchdogHold = errors.New("lock: hold is renewed by the watchdog")
 	// ErrReleased: Hold.Err after the owner's last Unlock.
 	ErrReleased = errors.New("lock: released")
 	// ErrNotReplicated: with WithReplicaAcks, an acquire that fewer

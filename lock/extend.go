@@ -1,0 +1,184 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Mutex.Extend: extend.lua and the Go that calls it.
+
+//go:embed scripts/extend.lua
+var extendLua string
+
+// Extend makes h, a hold of this owner taken with an explicit lease
+// (LockWithLease, or TryLock and TryLockOnce with a lease), last at least
+// lease from now, as redislock's Refresh and redsync's Extend do. The
+// server does it only while h is still the lock's hold (its owner and
+// fencing token); h's deadline then moves to the send time of the
+// acknowledged request plus lease, as a renewal moves it (X12). Extend
+// never shortens a hold: when more than lease is left, it stays.
+//
+// When the hold is gone - its lease ran out, someone force-unlocked or
+// deleted the lock, a newer hold replaced it - Extend returns an error
+// wrapping ErrLockLost and h ends as a lost hold does (Done closes, Err
+// wraps ErrLockLost). A hold that had ended already is never brought back:
+// Extend returns its Err (ErrLockLost), or, for a released hold, an error
+// wrapping both ErrNotHeld and ErrReleased.
+//
+// Errors that change nothing in Redis: a nil ctx (ErrNilContext), a lease
+// that is not positive, under a millisecond or over MaxDuration (including
+// WatchdogLease; ErrInvalidDuration), a nil h or a hold of another owner
+// (ErrNotHeld), a hold the watchdog renews - taken by Lock or re-entered by
+// it (ErrWatchdogHold) - and a closed client (ErrClosed).
+//
+// Extend runs one at a time with this owner's other calls that change its
+// hold (Unlock, acquires), so it never races them: an Extend after Unlock
+// finds the hold released. Connection errors are retried with back-off
+// until ctx ends or h ends; a request whose outcome is unknown leaves h's
+// deadline where it was. If h ends while its Extend is in flight (its
+// deadline passed), whatever the server extended is given back at once, so
+// a lock the client no longer counts as held is not kept for lease.
+func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error {
+	if err := m.checkCall(ctx); err != nil {
+		return err
+	}
+	if err := checkDuration("lease", lease); err != nil {
+		return m.errorf(err)
+	}
+	if h == nil {
+		return m.errorf(fmt.Errorf("%w: no hold to extend (nil)", ErrNotHeld))
+	}
+	end, err := m.c.begin()
+	if err != nil {
+		return m.errorf(err)
+	}
+	defer end()
+	o := m.c.ownerOf(m)
+	defer m.c.release(o)
+	if err := o.enter(ctx); err != nil {
+		return m.errorf(err)
+	}
+	defer o.exit()
+
+	view, err := h.extension(o)
+	if err != nil {
+		return m.errorf(err)
+	}
+	held, sent, err := m.sendExtend(ctx, h, extendCall{owner: m.field, lease: lease, token: view.token})
+	switch {
+	case err == nil && !held:
+		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
+		return m.errorf(h.Err())
+	case err == nil && h.extended(sent, lease):
+		return nil
+	case h.live():
+		// Outcome unknown: the server may have extended the hold, which
+		// only makes it last longer than the client's deadline says.
+		return m.errorf(err)
+	}
+	// h ended (its deadline passed) while the request was in flight: the
+	// server may have extended a hold the client no longer counts.
+	m.giveBackAll(ctx, view, h.leaseNow())
+	if err != nil {
+		return m.errorf(errors.Join(h.Err(), err))
+	}
+	return m.errorf(h.Err())
+}
+
+// sendExtend runs extend.lua, retrying transient errors with back-off
+// while ctx and h last. It returns whether the hold still exists and when
+// the request that answered was sent.
+func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call extendCall) (bool, time.Time, error) {
+	keys, args := m.keys.scriptKeys(), call.args()
+	retry := newRetrier(m.c.closing)
+	for {
+		sent := time.Now()
+		rep, err := m.c.b.Eval(ctx, m.c.extra.extend, keys, args)
+		if err == nil {
+			held, err := decodeExtend(rep)
+			return held, sent, err
+		}
+		if !transient(err) || ctx.Err() != nil || !h.live() {
+			return false, sent, err
+		}
+		if err := retry.pause(ctx, err); err != nil {
+			return false, sent, err
+		}
+	}
+}
+
+// giveBackAll releases, one count at a time, the hold view describes - a
+// hold the client has ended - bounded by cleanupTimeout. It stops at the
+// first error or when the server no longer has the hold; the hold frees
+// itself within its lease then anyway. The caller holds the owner's gate.
+func (m *Mutex) giveBackAll(ctx context.Context, view holdView, lease time.Duration) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	for view.count > 0 {
+		left, _, err := m.release(ctx, view, lease)
+		if err != nil || left < 0 || left >= view.count {
+			return
+		}
+		view.count = left
+	}
+}
+
+// extension returns the view Extend sends for h, or why h cannot be
+// extended: it has ended, it is not owner o's live hold, or the watchdog
+// renews it. The caller holds o's gate.
+func (h *Hold) extension(o *ownerState) (holdView, error) {
+	current := o.current() == h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case errors.Is(h.err, ErrReleased):
+		return holdView{}, fmt.Errorf("%w: %w", ErrNotHeld, h.err)
+	case h.err != nil:
+		return holdView{}, h.err
+	case !current:
+		return holdView{}, fmt.Errorf("%w: the hold is another owner's", ErrNotHeld)
+	case h.watchdog:
+		return holdView{}, ErrWatchdogHold
+	}
+	return holdView{token: h.token, count: h.count}, nil
+}
+
+// extended records an Extend to lease sent at sent that the server
+// acknowledged, as a renewal does (a hand-over grant is taken up too). It
+// reports false when the hold had ended meanwhile.
+func (h *Hold) extended(sent time.Time, lease time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return false
+	}
+	h.unconfirmed = false
+	h.extendLocked(sent, lease)
+	return true
+}
+
+// extendCall is one run of extend.lua: the five script keys, and these
+// arguments.
+type extendCall struct {
+	owner string
+	lease time.Duration
+	token int64
+}
+
+func (e extendCall) args() []string {
+	return []string{e.owner, ms(e.lease), itoa(e.token)}
+}
+
+// decodeExtend reports whether the hold still exists (and was extended).
+func decodeExtend(rep backend.Reply) (bool, error) {
+	n, err := rep.AsInt()
+	if err != nil || (n != 0 && n != 1) {
+		return false, fmt.Errorf("%w: extend: %v", ErrUnexpectedReply, rep)
+	}
+	return n == 1, nil
+}
