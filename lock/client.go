@@ -42,16 +42,17 @@ type Client struct {
 	wg          sync.WaitGroup
 }
 
-// extraScripts are the scripts of extend.go,
+// extraScripts are the scripts of extend.go and prune.go,
 // built per Client like scriptSet. Each file builds its script's KEYS and
 // ARGV next to its embedded Lua.
 type extraScripts struct {
-	extend *backend.Script
+	extend, prune *backend.Script
 }
 
 func newExtraScripts() extraScripts {
 	return extraScripts{
 		extend: backend.NewScript("extend", preludeLua+"\n"+extendLua),
+		prune:  backend.NewScript("prune", preludeLua+"\n"+pruneLua),
 	}
 }
 

@@ -1,0 +1,78 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Client.PruneWaiters: prune.lua and the Go that calls it.
+
+//go:embed scripts/prune.lua
+var pruneLua string
+
+// PruneWaiters removes the dead waiters of lock name - queued owners whose
+// deadline has passed: a fairlock waiter that stopped heartbeating (its
+// process died, or lost Redis) for longer than its waiter timeout, or a
+// Redisson waiter past its Redisson deadline - and returns how many it
+// removed. The rule is the one every lock operation applies to the head of
+// the queue (B5); PruneWaiters applies it to the whole queue, visiting
+// only the entries whose deadline has passed. When the head changes the
+// new head is woken, and granted the lock if it is free (X3), as after
+// ForceUnlock. Live waiters keep their places.
+//
+// It checks name as NewMutex does (ErrInvalidName), needs no hold, and
+// sends one script; a connection error is returned, not retried (running
+// it again is safe). It is an administrator's tool: locks in use drop a
+// dead head by themselves within the waiter timeout.
+func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
+	if ctx == nil {
+		return 0, pruneErr(name, ErrNilContext)
+	}
+	m, err := c.NewMutex(name)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, pruneErr(name, err)
+	}
+	end, err := c.begin()
+	if err != nil {
+		return 0, pruneErr(name, err)
+	}
+	defer end()
+	rep, err := c.b.Eval(ctx, c.extra.prune, m.keys.scriptKeys(), pruneCall{wake: m.wake()}.args())
+	if err != nil {
+		return 0, pruneErr(name, err)
+	}
+	n, err := decodePrune(rep)
+	if err != nil {
+		return 0, pruneErr(name, err)
+	}
+	return n, nil
+}
+
+func pruneErr(name string, err error) error {
+	return fmt.Errorf("lock %q: prune waiters: %w", name, err)
+}
+
+// pruneCall is one run of prune.lua: the five script keys, and these
+// arguments.
+type pruneCall struct {
+	wake wakeArgs
+}
+
+func (p pruneCall) args() []string {
+	return []string{p.wake.channelPrefix, p.wake.publish}
+}
+
+// decodePrune returns the number of waiters prune.lua removed.
+func decodePrune(rep backend.Reply) (int, error) {
+	n, err := rep.AsInt()
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: prune: %v", ErrUnexpectedReply, rep)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,42 @@
+-- prune.lua: drop the dead waiters of a lock (Client.PruneWaiters).
+--
+-- KEYS[1] lock hash
+-- KEYS[2] queue
+-- KEYS[3] timeouts
+-- KEYS[4] alive
+-- KEYS[5] token counter
+-- ARGV[1] channel prefix
+-- ARGV[2] publish commands
+--
+-- Returns the number of queue entries removed.
+--
+-- A waiter is dead by the rule every script purges heads by (is_dead in
+-- prelude.lua): its fairlock liveness deadline has passed, or, for a
+-- Redisson waiter, its Redisson deadline. First the run of dead heads goes
+-- as every script removes it (purge, which wakes the new head); then the
+-- dead waiters further back, found through the deadline zsets (only
+-- entries whose deadline has passed are visited, never the whole queue;
+-- each LREM runs in the server). Taking a waiter out of the middle only
+-- gives those behind it more margin, as leave.lua does. When the lock is
+-- free, the new head is granted it (a Redisson head is woken), as after a
+-- force unlock.
+--
+-- Rules: B5 dead waiters removed, X3 the new head is woken, X11 Redisson
+-- waiters judged by their own deadlines.
+local now = server_now()
+local before = redis.call('llen', KEYS[2])
+purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
+for _, zset in ipairs({KEYS[4], KEYS[3]}) do
+  for _, owner in ipairs(redis.call('zrangebyscore', zset, '-inf', now)) do
+    if is_dead(KEYS[3], KEYS[4], owner, now) then
+      redis.call('lrem', KEYS[2], 0, owner)
+      redis.call('zrem', KEYS[3], owner)
+      redis.call('zrem', KEYS[4], owner)
+    end
+  end
+end
+local removed = before - redis.call('llen', KEYS[2])
+if removed > 0 and redis.call('exists', KEYS[1]) == 0 then
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[1], ARGV[2])
+end
+return removed
