@@ -42,17 +42,20 @@ type Client struct {
 	wg          sync.WaitGroup
 }
 
-// extraScripts are the scripts of extend.go and prune.go,
+// extraScripts are the scripts of extend.go, prune.go and describe.go,
 // built per Client like scriptSet. Each file builds its script's KEYS and
 // ARGV next to its embedded Lua.
 type extraScripts struct {
-	extend, prune *backend.Script
+	extend, prune, describe, readDescription, waiterKinds *backend.Script
 }
 
 func newExtraScripts() extraScripts {
 	return extraScripts{
-		extend: backend.NewScript("extend", preludeLua+"\n"+extendLua),
-		prune:  backend.NewScript("prune", preludeLua+"\n"+pruneLua),
+		extend:          backend.NewScript("extend", preludeLua+"\n"+extendLua),
+		prune:           backend.NewScript("prune", preludeLua+"\n"+pruneLua),
+		describe:        backend.NewScript("describe", describeLua),
+		readDescription: backend.NewScript("read_description", readDescriptionLua),
+		waiterKinds:     backend.NewScript("waiter_kinds", waiterKindsLua),
 	}
 }
 
@@ -65,7 +68,9 @@ type holdRef struct {
 
 // NewClient returns a Client that talks to Redis through b. Defaults: lease
 // DefaultLease (30 s, watchdog every 10 s), waiter timeout
-// DefaultWaiterTimeout (5 s), no key prefix, PUBLISH wake-ups, no observer.
+// DefaultWaiterTimeout (5 s), no key prefix, PUBLISH wake-ups, no observer,
+// no description. NewClient sends nothing to Redis itself; with
+// WithDescription the client writes its description in the background.
 func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
@@ -102,6 +107,10 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	c.wg.Add(2)
 	go c.watchdog()
 	go c.listenReconnects()
+	if cfg.description != nil {
+		c.wg.Add(1)
+		go c.describe()
+	}
 	return c, nil
 }
 
@@ -150,7 +159,9 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // meanwhile is given back, so nothing is left held by nobody), then stops
 // the watchdog. Holds are not released: they end with ErrClosed on
 // Hold.Err and their locks free themselves when their leases run out.
-// Calls after Close return ErrClosed. Close does not close the backend.
+// Calls after Close return ErrClosed. With WithDescription, Close deletes
+// the client's description (waiting at most a second for Redis). Close
+// does not close the backend.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

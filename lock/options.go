@@ -2,7 +2,9 @@ package lock
 
 import (
 	"fmt"
+	"os"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults. See the options that change them.
@@ -48,6 +50,7 @@ type config struct {
 	redissonSlack time.Duration
 	replicas      int           // X9: replicas that must acknowledge an acquire
 	replicaWait   time.Duration // X9: how long WAIT waits for them
+	description   *Description  // WithDescription; nil: none
 }
 
 // Option configures a Client.
@@ -155,6 +158,33 @@ func WithObserver(o Observer) Option {
 			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
 		c.observer = o
+		return nil
+	}
+}
+
+// WithDescription makes the client describe itself (default: no
+// description) as name - what the application chooses to call this
+// client, such as "orders-api" or a request ID - with the host name and
+// process ID filled in (Description). Inspect then reports it for this
+// client's holders and waiters, so an operator can tell who holds a lock.
+//
+// The description lives under its own key,
+// "<key prefix>fairlock_client_info:<clientID>", written when the client
+// starts and rewritten every third of the watchdog lease (at most once a
+// second); the key lives three times that, so it expires with a client
+// that died, and Close deletes it. That costs one small write per
+// interval per client, and the key must be writable (and, for Inspect,
+// readable) under any ACL in use. Clients that share locks must share the
+// key prefix (WithKeyPrefix) to find each other's descriptions. name may
+// be empty; it must be valid UTF-8 of at most 256 bytes, else the option
+// fails with ErrInvalidOption.
+func WithDescription(name string) Option {
+	return func(c *config) error {
+		if len(name) > maxDescriptionName || !utf8.ValidString(name) {
+			return fmt.Errorf("%w: description name must be valid UTF-8 of at most %d bytes", ErrInvalidOption, maxDescriptionName)
+		}
+		host, _ := os.Hostname() // "" when unknown; the name and PID still say who
+		c.description = &Description{Host: host, PID: os.Getpid(), Name: name}
 		return nil
 	}
 }

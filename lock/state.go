@@ -21,21 +21,39 @@ type State struct {
 	QueueLength int
 	// Queue lists the first queued owners, head first (as many as asked).
 	Queue []Waiter
+	// DescriptionErr is why Inspect could not read the owners' client
+	// descriptions and kinds (read after the snapshot, see Holder); nil
+	// when it could, or had nothing to read. The rest of the State is
+	// complete either way.
+	DescriptionErr error
 }
 
-// Holder is one field of the lock hash.
+// Holder is one field of the lock hash. The JSON names suit
+// "fairlock inspect --json".
 type Holder struct {
-	Owner string // "<clientID>:<ownerID>"; see ParseOwner
-	Count int
+	Owner string `json:"owner"` // "<clientID>:<ownerID>"; see ParseOwner
+	Count int    `json:"count"`
+	// Description is the description of the owner's client (see
+	// WithDescription); nil when it has none or the owner field has
+	// another form. Filled in by Inspect only.
+	Description *Description `json:"description,omitempty"`
+	// Kind says whether the owner's client is a fairlock or a Redisson
+	// client, when Inspect can tell (see ClientKind). Filled in by Inspect
+	// only.
+	Kind ClientKind `json:"kind,omitempty"`
 }
 
-// Waiter is one queued owner.
+// Waiter is one queued owner. The JSON names suit "fairlock inspect
+// --json".
 type Waiter struct {
-	Owner string
+	Owner string `json:"owner"`
 	// Deadline is when others will treat the waiter as dead unless it
 	// heartbeats (zero if the timeouts zset has no entry for it, which
 	// makes it dead at once).
-	Deadline time.Time
+	Deadline time.Time `json:"deadline"`
+	// Description and Kind are as for Holder.
+	Description *Description `json:"description,omitempty"`
+	Kind        ClientKind   `json:"kind,omitempty"`
 }
 
 // Locked reports whether anyone holds the lock.
@@ -53,7 +71,24 @@ func (s State) CountOf(owner string) int {
 
 // Inspect reads the lock's state with up to limit queue entries (0: none).
 // The read visits at most limit waiters.
+//
+// It also says who the holders and listed waiters are: their clients'
+// descriptions (WithDescription) and kinds, read right after the
+// snapshot in one more pipelined round trip (one read per client, each
+// in its own cluster slot). If that read fails, the State still holds the
+// snapshot and State.DescriptionErr says why; IsLocked, IsHeldBy,
+// HoldCount and RemainTTL do not read them.
 func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
+	st, err := m.snapshot(ctx, limit)
+	if err != nil {
+		return State{}, err
+	}
+	m.c.describeOwners(ctx, m, &st)
+	return st, nil
+}
+
+// snapshot is Inspect without the owners' descriptions: inspect.lua only.
+func (m *Mutex) snapshot(ctx context.Context, limit int) (State, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return State{}, err
 	}
@@ -90,26 +125,26 @@ func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
 
 // IsLocked reports whether anyone holds the lock (B9).
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	st, err := m.Inspect(ctx, 0)
+	st, err := m.snapshot(ctx, 0)
 	return st.Locked(), err
 }
 
 // IsHeldBy reports whether owner holds the lock (B9).
 func (m *Mutex) IsHeldBy(ctx context.Context, owner Owner) (bool, error) {
-	st, err := m.Inspect(ctx, 0)
+	st, err := m.snapshot(ctx, 0)
 	return st.CountOf(owner.String()) > 0, err
 }
 
 // HoldCount returns this owner's hold count, 0 when it does not hold the
 // lock (B9).
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	st, err := m.Inspect(ctx, 0)
+	st, err := m.snapshot(ctx, 0)
 	return st.CountOf(m.field), err
 }
 
 // RemainTTL returns the lease left on the lock: 0 when it is free, -1 when
 // it has no expiry (B9).
 func (m *Mutex) RemainTTL(ctx context.Context) (time.Duration, error) {
-	st, err := m.Inspect(ctx, 0)
+	st, err := m.snapshot(ctx, 0)
 	return st.TTL, err
 }

@@ -1,0 +1,294 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Client descriptions (WithDescription) and what Inspect tells of owners:
+// describe.lua, read_description.lua, waiter_kinds.lua and the Go that
+// calls them.
+var (
+	//go:embed scripts/describe.lua
+	describeLua string
+	//go:embed scripts/read_description.lua
+	readDescriptionLua string
+	//go:embed scripts/waiter_kinds.lua
+	waiterKindsLua string
+)
+
+// Description says who a client is, for people looking at a lock: Inspect
+// reports it for every holder and waiter whose client has one (see
+// WithDescription). The lock hash keeps Redisson's owner field; the
+// description lives beside it under its own key per client,
+// "<key prefix>fairlock_client_info:<clientID>", as JSON with these
+// field names.
+type Description struct {
+	// Host is the client machine's host name (os.Hostname; "" if unknown).
+	Host string `json:"host"`
+	// PID is the client process ID (os.Getpid).
+	PID int `json:"pid"`
+	// Name is what the application called itself in WithDescription.
+	Name string `json:"name"`
+}
+
+// ClientKind says which kind of client an owner belongs to, as far as
+// Inspect can tell from what is in Redis.
+type ClientKind string
+
+// Client kinds. Owner fields have the same form whoever writes them, so
+// the kind comes from evidence, per client ID: a description, a waiter's
+// fairlock liveness deadline (X2), or the ID of the client that inspects.
+const (
+	// KindUnknown: no evidence either way - a holder of a fairlock client
+	// without a description (and with no waiter queued), or of a Redisson
+	// client with no waiter queued.
+	KindUnknown ClientKind = ""
+	// KindFairlock: a fairlock client - it describes itself, one of its
+	// listed waiters heartbeats, or it is the client that inspects.
+	KindFairlock ClientKind = "fairlock"
+	// KindRedisson: a client that queues without fairlock's heartbeat - a
+	// Redisson client (or another implementation of RFairLock): one of its
+	// listed waiters has no fairlock liveness deadline and nothing says
+	// fairlock.
+	KindRedisson ClientKind = "redisson"
+)
+
+// descriptionPrefix + client ID, after the key prefix, is a client's
+// description key.
+const descriptionPrefix = "fairlock_client_info:"
+
+// describeTimeout bounds one write, delete or read of descriptions.
+const describeTimeout = time.Second
+
+// maxDescriptionName is the longest name WithDescription accepts, in bytes.
+const maxDescriptionName = 256
+
+// Description returns this client's description and true, or false when
+// it has none (no WithDescription).
+func (c *Client) Description() (Description, bool) {
+	if c.cfg.description == nil {
+		return Description{}, false
+	}
+	return *c.cfg.description, true
+}
+
+func (c *Client) descriptionKey(clientID string) string {
+	return c.cfg.keyPrefix + descriptionPrefix + clientID
+}
+
+// describeEvery is how often a client rewrites its description: every
+// third of the watchdog lease, at most once a second. The key lives three
+// times that, so it goes about when a crashed client's renewed holds do.
+func describeEvery(lease time.Duration) time.Duration {
+	return max(lease/3, time.Second)
+}
+
+// describe keeps the client's description in Redis while the client is
+// open: written at once and every describeEvery, deleted when the client
+// closes. A failed write is retried at the next tick; the key outlives two
+// missed writes. It runs only with WithDescription; Close waits for it.
+func (c *Client) describe() {
+	defer c.wg.Done()
+	value, err := json.Marshal(c.cfg.description)
+	if err != nil { // a struct of strings and an int always encodes
+		return
+	}
+	every := describeEvery(c.cfg.lease)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(c.life, describeTimeout)
+		_ = c.writeDescription(ctx, string(value), 3*every)
+		cancel()
+		select {
+		case <-c.closing:
+			ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
+			defer cancel()
+			_ = c.writeDescription(ctx, "", 0)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// writeDescription runs describe.lua: sets the client's description to
+// value for ttl, or deletes it when value is "".
+func (c *Client) writeDescription(ctx context.Context, value string, ttl time.Duration) error {
+	_, err := c.b.Eval(ctx, c.extra.describe, []string{c.descriptionKey(c.id)}, describeCall{value: value, ttl: ttl}.args())
+	return err
+}
+
+// describeCall is one run of describe.lua: the description key, and these
+// arguments.
+type describeCall struct {
+	value string // "": delete
+	ttl   time.Duration
+}
+
+func (d describeCall) args() []string { return []string{d.value, ms(d.ttl)} }
+
+// describeOwners fills in the Description and Kind of st's holders and
+// waiters: one pipelined batch of a waiter_kinds.lua run on the lock's
+// keys (when waiters are listed) and a read_description.lua run per
+// client ID (each key in its own slot). When the batch fails, st keeps
+// what the client knows without it, and st.DescriptionErr says why.
+func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State) {
+	if len(st.Holders) == 0 && len(st.Queue) == 0 {
+		return
+	}
+	var (
+		clients []string // distinct client IDs, in order of appearance
+		known   = map[string]*ownerFacts{}
+	)
+	facts := func(owner string) *ownerFacts {
+		o, err := ParseOwner(owner)
+		if err != nil {
+			return nil
+		}
+		f := known[o.ClientID]
+		if f == nil {
+			f = &ownerFacts{fairlock: o.ClientID == c.id}
+			known[o.ClientID] = f
+			clients = append(clients, o.ClientID)
+		}
+		return f
+	}
+	for _, h := range st.Holders {
+		facts(h.Owner)
+	}
+	waiters := make([]string, len(st.Queue))
+	for i, w := range st.Queue {
+		waiters[i] = w.Owner
+		facts(w.Owner)
+	}
+
+	calls := make([]backend.Call, 0, len(clients)+1)
+	for _, id := range clients {
+		calls = append(calls, backend.Call{Script: c.extra.readDescription, Keys: []string{c.descriptionKey(id)}})
+	}
+	if len(waiters) > 0 {
+		calls = append(calls, backend.Call{Script: c.extra.waiterKinds, Keys: m.keys.scriptKeys(), Args: waiters})
+	}
+	results, err := c.readDescriptions(ctx, calls)
+	if err == nil {
+		err = decodeDescriptions(results, clients, known, st.Queue)
+	}
+	if err != nil {
+		st.DescriptionErr = fmt.Errorf("lock %q: client descriptions: %w", m.name, err)
+	}
+	for i := range st.Holders {
+		st.Holders[i].Kind, st.Holders[i].Description = facts(st.Holders[i].Owner).describe()
+	}
+	for i := range st.Queue {
+		st.Queue[i].Kind, st.Queue[i].Description = facts(st.Queue[i].Owner).describe()
+	}
+}
+
+// ownerFacts is what Inspect learnt of one client ID.
+type ownerFacts struct {
+	desc     *Description
+	fairlock bool // evidence of a fairlock client
+	redisson bool // a waiter of this client without a liveness deadline
+}
+
+// describe returns the client's kind and a copy of its description (nil:
+// none) for one owner entry; f is nil for an owner field of another form.
+func (f *ownerFacts) describe() (ClientKind, *Description) {
+	if f == nil {
+		return KindUnknown, nil
+	}
+	var d *Description
+	if f.desc != nil {
+		cp := *f.desc
+		d = &cp
+	}
+	switch {
+	case f.fairlock || d != nil:
+		return KindFairlock, d
+	case f.redisson:
+		return KindRedisson, nil
+	}
+	return KindUnknown, nil
+}
+
+// readDescriptions sends the batch, again after a transient error (it
+// changes nothing), at most readAttempts times.
+func (c *Client) readDescriptions(ctx context.Context, calls []backend.Call) ([]backend.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	retry := newRetrier(c.closing)
+	for attempt := 1; ; attempt++ {
+		results := c.b.EvalBatch(ctx, calls)
+		err := batchErr(results, len(calls))
+		if err == nil {
+			return results, nil
+		}
+		if attempt == readAttempts || !transient(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		if err := retry.pause(ctx, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// batchErr returns the first error of a batch's results, or one for a
+// batch that returned the wrong number of them.
+func batchErr(results []backend.Result, calls int) error {
+	if len(results) != calls {
+		return fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), calls)
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// decodeDescriptions decodes the batch of describeOwners: one
+// read_description.lua reply per client, then, when waiters are listed,
+// the waiter_kinds.lua reply. A malformed description is reported and
+// skipped; the others still count.
+func decodeDescriptions(results []backend.Result, clients []string, known map[string]*ownerFacts, queue []Waiter) error {
+	var errs []error
+	for i, id := range clients {
+		switch rep := results[i].Reply; rep.Kind {
+		case backend.Nil:
+		case backend.String:
+			var d Description
+			if err := json.Unmarshal([]byte(rep.Str), &d); err != nil {
+				errs = append(errs, fmt.Errorf("%w: description of client %s: %v", ErrUnexpectedReply, id, err))
+				continue
+			}
+			known[id].desc = &d
+		default:
+			errs = append(errs, fmt.Errorf("%w: read_description: %v", ErrUnexpectedReply, rep))
+		}
+	}
+	if len(queue) > 0 {
+		alive, err := results[len(clients)].Reply.AsInts()
+		if err != nil || len(alive) != len(queue) {
+			return errors.Join(append(errs, fmt.Errorf("%w: waiter_kinds: %v", ErrUnexpectedReply, results[len(clients)].Reply))...)
+		}
+		for i, w := range queue {
+			o, err := ParseOwner(w.Owner)
+			if err != nil {
+				continue
+			}
+			if alive[i] == 1 {
+				known[o.ClientID].fairlock = true
+			} else {
+				known[o.ClientID].redisson = true
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
