@@ -132,3 +132,55 @@ func ExampleHold_Context() {
 	// Output:
 	// true
 }
+
+func ExampleMutex_Extend() {
+	locks, done := newExampleClient()
+	defer done()
+	ctx := context.Background()
+
+	m, _ := locks.NewMutex("export")
+	hold, err := m.LockWithLease(ctx, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The export needs longer: a minute from now.
+	if err := m.Extend(ctx, hold, time.Minute); err != nil {
+		log.Fatal(err)
+	}
+	ttl, _ := m.RemainTTL(ctx)
+	fmt.Println("lease left over 30s:", ttl > 30*time.Second)
+
+	// An operator force-unlocks it: the next Extend says the lock is lost,
+	// and the hold has ended.
+	admin, _ := locks.NewMutex("export")
+	if _, err := admin.ForceUnlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	err = m.Extend(ctx, hold, time.Minute)
+	fmt.Println("lost:", errors.Is(err, lock.ErrLockLost), errors.Is(hold.Err(), lock.ErrLockLost))
+	// Output:
+	// lease left over 30s: true
+	// lost: true true
+}
+
+func ExampleMutex_Locker() {
+	locks, done := newExampleClient()
+	defer done()
+
+	m, _ := locks.NewMutex("config")
+	mu := m.Locker() // a sync.Locker
+	mu.Lock()
+	fmt.Println("locked")
+	mu.Unlock()
+
+	// Unlocking a lock this owner does not hold panics, as sync.Mutex
+	// does; the panic value is the error.
+	defer func() {
+		err, _ := recover().(error)
+		fmt.Println("panicked with ErrNotHeld:", errors.Is(err, lock.ErrNotHeld))
+	}()
+	mu.Unlock()
+	// Output:
+	// locked
+	// panicked with ErrNotHeld: true
+}
