@@ -216,6 +216,9 @@ type countingBackend struct {
 	loseReply func(script string) bool
 	// noWatch hides the backend's key watching (backend.KeyWatcher).
 	noWatch bool
+	// acquiresAtSubscribe is the count of completed acquire calls when
+	// the latest wake-up subscription was confirmed (settled).
+	acquiresAtSubscribe int
 }
 
 // withoutKeyWatch makes p's backend report that it cannot watch keys, for
@@ -262,14 +265,22 @@ func (b *countingBackend) EvalBatch(ctx context.Context, calls []backend.Call) [
 const clientSubscribe = "SUBSCRIBE fairlock_client"
 
 func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	client := strings.HasPrefix(channel, "fairlock_client:")
 	b.mu.Lock()
-	if strings.HasPrefix(channel, "fairlock_client:") {
+	if client {
 		b.counts[clientSubscribe]++
 	} else {
 		b.counts["SUBSCRIBE"]++
 	}
 	b.mu.Unlock()
-	return b.Backend.Subscribe(ctx, channel)
+	sub, err := b.Backend.Subscribe(ctx, channel)
+	if !client {
+		b.mu.Lock()
+		b.counts["SUBSCRIBE"+doneSuffix]++
+		b.acquiresAtSubscribe = b.counts["acquire"+doneSuffix]
+		b.mu.Unlock()
+	}
+	return sub, err
 }
 
 // WatchKey forwards to the backend under test when it can watch keys.
@@ -322,18 +333,27 @@ func (b *countingBackend) total() int {
 	return n
 }
 
-// settled waits until p's waiter has made its first two acquire calls -
-// queueing, then the re-check after subscribing - so from then on only a
-// wake-up or its timers can move it. A test of a wake-up starts the
-// release only after this; earlier, the re-check could find the lock free
-// by itself and hide a missing wake-up. p must have one waiter.
+// settled waits until p's waiter has queued and is subscribed to its
+// wake-ups: an acquire call completed after its latest subscription was
+// confirmed (the re-check behind a new subscription, or the queueing call
+// of an owner that kept its subscription from an earlier wait), and no
+// subscription is in flight. From then on only a wake-up or its timers can
+// move it. A test of a wake-up starts the release only after this;
+// earlier, the re-check could find the lock free by itself and hide a
+// missing wake-up. p must have one waiter.
 func settled(t *testing.T, p *proc) { settledAfter(t, p, 0) }
 
 // settledAfter is settled for a waiter started when p had completed base
 // acquire calls.
 func settledAfter(t *testing.T, p *proc, base int) {
 	t.Helper()
-	waitUntil(t, eventually, "the waiter to queue and re-check", func() bool { return p.b.count("acquire"+doneSuffix) >= base+2 })
+	waitUntil(t, eventually, "the waiter to queue, subscribed", func() bool {
+		p.b.mu.Lock()
+		defer p.b.mu.Unlock()
+		done := p.b.counts["acquire"+doneSuffix]
+		subscribing := p.b.counts["SUBSCRIBE"] != p.b.counts["SUBSCRIBE"+doneSuffix]
+		return done >= base+1 && !subscribing && done > p.b.acquiresAtSubscribe
+	})
 }
 
 // handOver is the shape of the wake-up cases: with the lock held, waiter
