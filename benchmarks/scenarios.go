@@ -379,7 +379,7 @@ func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
 		return r, err
 	}
 	r.Commands, r.ServerCPU, r.ClientCPU, r.Wall, r.MachineBusy = u.calls, u.serverCPU, u.clientCPU, u.wall, u.machineBusy
-	r.Acquisitions, r.Throughput, r.Lock = len(run.Lock), run.Throughput(), lockbench.Summarize(run.Lock)
+	r.Acquisitions, r.Throughput, r.Lock = run.Pairs, run.Throughput(), run.Lock.Summary()
 	return r, nil
 }
 

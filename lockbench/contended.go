@@ -85,6 +85,7 @@ func Contended(ctx context.Context, lockers []Locker, c Contention) (*ContendedR
 		wg         sync.WaitGroup
 		acquired   = make([][]Acquisition, len(lockers))
 		unfinished = make([]*Unfinished, len(lockers))
+		progress   = progressOf(ctx)
 	)
 	run.Start = time.Now()
 	deadline := run.Start.Add(c.Duration)
@@ -128,6 +129,7 @@ func Contended(ctx context.Context, lockers []Locker, c Contention) (*ContendedR
 				}
 				a.Released = time.Now()
 				acquired[i] = append(acquired[i], a)
+				progress.add()
 			}
 		}()
 	}

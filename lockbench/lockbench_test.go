@@ -250,14 +250,14 @@ func TestManyLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(run.Lock) != 200 || run.Throughput() <= 0 {
-		t.Errorf("%d locks, throughput %v", len(run.Lock), run.Throughput())
+	if run.Pairs != 200 || run.Lock.Count() != 200 || run.Throughput() <= 0 {
+		t.Errorf("%d pairs, %d locks, throughput %v", run.Pairs, run.Lock.Count(), run.Throughput())
 	}
 	run, err = lockbench.ManyLocks(context.Background(), func(w, k int) (lockbench.Locker, error) {
 		return locks[k].locker(), nil
 	}, lockbench.Spread{Workers: 4, Locks: 8, Duration: 30 * time.Millisecond})
-	if err != nil || len(run.Lock) == 0 || run.Elapsed > time.Second {
-		t.Errorf("time-bound run: %d locks in %v, err %v", len(run.Lock), run.Elapsed, err)
+	if err != nil || run.Pairs == 0 || run.Lock.Count() != run.Pairs || run.Elapsed > time.Second {
+		t.Errorf("time-bound run: %d pairs, %d locks in %v, err %v", run.Pairs, run.Lock.Count(), run.Elapsed, err)
 	}
 }
 
@@ -298,5 +298,71 @@ func TestCheckSnapshots(t *testing.T) {
 				t.Fatalf("CheckSnapshots = %d, %+v; want %d, %+v", checked, got, tc.wantChecked, tc.want)
 			}
 		})
+	}
+}
+
+// A histogram's percentiles are within 0.1% (or 1 µs) of the exact ones.
+func TestHistogram_WithinOneThousandth(t *testing.T) {
+	h := lockbench.NewHistogram()
+	var sample []time.Duration
+	for i := 1000; i >= 1; i-- {
+		d := time.Duration(i) * 37 * time.Microsecond
+		sample = append(sample, d)
+		h.Record(d)
+	}
+	exact, got := lockbench.Summarize(sample), h.Summary()
+	if got.Count != exact.Count {
+		t.Fatalf("count %d, want %d", got.Count, exact.Count)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want time.Duration
+	}{
+		{"min", got.Min, exact.Min}, {"p50", got.P50, exact.P50}, {"p90", got.P90, exact.P90},
+		{"p99", got.P99, exact.P99}, {"max", got.Max, exact.Max},
+	} {
+		if diff := math.Abs(float64(f.got - f.want)); diff > max(float64(f.want)/1000, float64(time.Microsecond)) {
+			t.Errorf("%s = %v, want %v within 0.1%% or 1µs", f.name, f.got, f.want)
+		}
+	}
+	// Out of range: counted at the bounds.
+	h.Record(-time.Second)
+	h.Record(2 * time.Hour)
+	if s := h.Summary(); s.Count != 1002 || s.Max < 59*time.Minute {
+		t.Errorf("out-of-range samples: %+v", s)
+	}
+	other := lockbench.NewHistogram()
+	other.Record(time.Millisecond)
+	h.Merge(other)
+	if h.Count() != 1003 || (lockbench.NewHistogram().Summary() != lockbench.Summary{}) {
+		t.Errorf("merge: %d, empty summary %+v", h.Count(), lockbench.NewHistogram().Summary())
+	}
+}
+
+// Runs given a Progress count their operations into it as they go.
+func TestProgress_CountsOperations(t *testing.T) {
+	var p lockbench.Progress
+	ctx := lockbench.WithProgress(context.Background(), &p)
+	f := &fifoLock{}
+	if _, err := lockbench.Uncontended(ctx, f.locker(), 30, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Done(); got != 30 {
+		t.Errorf("uncontended: %d done, want 30 (warm-up not counted)", got)
+	}
+	p.Reset()
+	if _, err := lockbench.Contended(ctx, []lockbench.Locker{f.locker(), f.locker()}, lockbench.Contention{Acquisitions: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Done(); got != 50 {
+		t.Errorf("contended: %d done, want 50", got)
+	}
+	p.Reset()
+	if _, err := lockbench.ManyLocks(ctx, func(_, _ int) (lockbench.Locker, error) { return f.locker(), nil },
+		lockbench.Spread{Workers: 2, Locks: 1, Acquisitions: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Done(); got != 40 {
+		t.Errorf("many locks: %d done, want 40", got)
 	}
 }

@@ -25,8 +25,9 @@ type Spread struct {
 
 // ManyLocksRun is what a many-locks run recorded.
 type ManyLocksRun struct {
-	Elapsed time.Duration   // from the start until the last pair ended
-	Lock    []time.Duration // every completed Lock call, in no order
+	Elapsed time.Duration // from the start until the last pair ended
+	Pairs   int           // completed Lock+Unlock pairs
+	Lock    *Histogram    // the time of every completed Lock call
 }
 
 // Throughput returns the completed Lock+Unlock pairs per second.
@@ -34,7 +35,7 @@ func (r *ManyLocksRun) Throughput() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
-	return float64(len(r.Lock)) / r.Elapsed.Seconds()
+	return float64(r.Pairs) / r.Elapsed.Seconds()
 }
 
 // ManyLocks runs s.Workers workers, each locking and unlocking locks picked
@@ -54,9 +55,11 @@ func ManyLocks(ctx context.Context, newLocker func(w, k int) (Locker, error), s 
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
-		claimed atomic.Int64
-		wg      sync.WaitGroup
-		latency = make([][]time.Duration, s.Workers)
+		claimed  atomic.Int64
+		pairs    atomic.Int64
+		wg       sync.WaitGroup
+		latency  = NewHistogram()
+		progress = progressOf(ctx)
 	)
 	seed := uint64(time.Now().UnixNano())
 	start := time.Now()
@@ -87,7 +90,7 @@ func ManyLocks(ctx context.Context, newLocker func(w, k int) (Locker, error), s 
 					}
 					return
 				}
-				latency[w] = append(latency[w], time.Since(t0))
+				locked := time.Since(t0)
 				uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				err := l.Unlock(uctx)
 				ucancel()
@@ -95,6 +98,9 @@ func ManyLocks(ctx context.Context, newLocker func(w, k int) (Locker, error), s 
 					cancel(fmt.Errorf("worker %d: unlock %d: %w", w, k, err))
 					return
 				}
+				latency.Record(locked)
+				pairs.Add(1)
+				progress.add()
 			}
 		}()
 	}
@@ -113,12 +119,9 @@ func ManyLocks(ctx context.Context, newLocker func(w, k int) (Locker, error), s 
 	} else {
 		<-done
 	}
-	run := &ManyLocksRun{Elapsed: time.Since(start)}
+	run := &ManyLocksRun{Elapsed: time.Since(start), Pairs: int(pairs.Load()), Lock: latency}
 	if err := context.Cause(waitCtx); err != nil && !errors.Is(err, errDrained) {
 		return nil, err
-	}
-	for _, l := range latency {
-		run.Lock = append(run.Lock, l...)
 	}
 	return run, nil
 }

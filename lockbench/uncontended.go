@@ -18,34 +18,44 @@ type UncontendedResult struct {
 }
 
 // Uncontended times n Lock+Unlock pairs of l on a free lock after warmup
-// unmeasured pairs (script loading, connection set-up).
+// unmeasured pairs (script loading, connection set-up). The times are kept
+// in histograms (see Histogram), so n may be large.
 func Uncontended(ctx context.Context, l Locker, n, warmup int) (UncontendedResult, error) {
 	var res UncontendedResult
 	if n < 1 {
 		return res, fmt.Errorf("lockbench: n must be at least 1, got %d", n)
 	}
-	locks, unlocks, pairs := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
 	for range warmup {
-		if err := pair(ctx, l, nil, nil, nil); err != nil {
+		if err := pair(ctx, l, nil); err != nil {
 			return res, err
 		}
 	}
+	progress := progressOf(ctx)
+	locks, unlocks, pairs := NewHistogram(), NewHistogram(), NewHistogram()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	for i := range n {
-		if err := pair(ctx, l, &locks[i], &unlocks[i], &pairs[i]); err != nil {
+	for range n {
+		var t pairTimes
+		if err := pair(ctx, l, &t); err != nil {
 			return res, err
 		}
+		locks.Record(t.lock)
+		unlocks.Record(t.unlock)
+		pairs.Record(t.lock + t.unlock)
+		progress.add()
 	}
 	runtime.ReadMemStats(&after)
-	res.Lock, res.Unlock, res.Pair = Summarize(locks), Summarize(unlocks), Summarize(pairs)
+	res.Lock, res.Unlock, res.Pair = locks.Summary(), unlocks.Summary(), pairs.Summary()
 	res.AllocsPerPair = float64(after.Mallocs-before.Mallocs) / float64(n)
 	res.BytesPerPair = float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
 	return res, nil
 }
 
-// pair runs one Lock+Unlock and stores the times where asked.
-func pair(ctx context.Context, l Locker, lock, unlock, both *time.Duration) error {
+// pairTimes is how long one Lock and the Unlock after it took.
+type pairTimes struct{ lock, unlock time.Duration }
+
+// pair runs one Lock+Unlock and stores the times in t, if not nil.
+func pair(ctx context.Context, l Locker, t *pairTimes) error {
 	t0 := time.Now()
 	if _, err := l.Lock(ctx); err != nil {
 		return fmt.Errorf("lock: %w", err)
@@ -54,9 +64,8 @@ func pair(ctx context.Context, l Locker, lock, unlock, both *time.Duration) erro
 	if err := l.Unlock(ctx); err != nil {
 		return fmt.Errorf("unlock: %w", err)
 	}
-	t2 := time.Now()
-	if lock != nil {
-		*lock, *unlock, *both = t1.Sub(t0), t2.Sub(t1), t2.Sub(t0)
+	if t != nil {
+		t.lock, t.unlock = t1.Sub(t0), time.Since(t1)
 	}
 	return nil
 }
@@ -103,6 +112,7 @@ func IdleHandover(ctx context.Context, holder, waiter Locker, n int, idle, maxWa
 		if err := waiter.Unlock(ctx); err != nil {
 			return out, fmt.Errorf("waiter unlock: %w", err)
 		}
+		progressOf(ctx).add()
 	}
 	return out, nil
 }

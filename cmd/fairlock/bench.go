@@ -317,7 +317,7 @@ func benchManyLocks(ctx context.Context, c *lock.Client, names []string, workers
 	}
 	res.Seconds = run.Elapsed.Seconds()
 	res.Throughput = run.Throughput()
-	res.Lock = statsOf(lockbench.Summarize(run.Lock))
+	res.Lock = statsOf(run.Lock.Summary())
 	return res, nil
 }
 
