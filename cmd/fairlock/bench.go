@@ -6,18 +6,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/lockbench"
+	"github.com/spf13/cobra"
 )
 
-func benchCommand() command {
-	return command{
-		name:    "bench",
-		summary: "measure lock latency, throughput, hand-over latency and FIFO order",
-		doc: `
+const benchDoc = `
 Measures, for each client library in --backend:
   uncontended     Lock and Unlock latency (p50, p99) of one owner on one lock, --ops times
   contended       --workers owners on one lock, --ops acquisitions in all: throughput,
@@ -26,73 +22,69 @@ Measures, for each client library in --backend:
                   of the queue
   many locks      --workers owners on --locks locks picked at random, --ops lock/unlock
                   pairs in all: throughput and Lock latency
-and prints a table (or --json). The locks are named fairlock-bench:<random>:... and their
-keys are deleted afterwards; unlock latches (redisson_unlock_latch:*) expire within 3s.
+and prints a table (or --json). Latencies are kept in HDR histograms (percentiles within
+0.1%). The locks are named fairlock-bench:<random>:... and their keys are deleted
+afterwards; unlock latches (redisson_unlock_latch:*) expire within 3s.
+
+On a terminal, stderr shows each measurement as it starts and, once a second, how far it
+has got; --quiet leaves only the result (and errors).
 
 Without --addr or REDIS_URL it runs against an embedded miniredis, which measures miniredis,
-not Redis. Exit code 1 when a FIFO violation is found.`,
-		run: func(ctx context.Context, e env, args []string) error {
-			cfg, err := parseBench(e, args)
-			if err != nil {
+not Redis. Exit code 1 when a FIFO violation is found.`
+
+// benchCommand is "fairlock bench". do runs the parsed configuration; nil
+// runs the benchmark.
+func benchCommand(e env, do func(context.Context, benchConfig) error) *cobra.Command {
+	if do == nil {
+		do = func(ctx context.Context, cfg benchConfig) error {
+			_, err := cfg.run(ctx, e)
+			return err
+		}
+	}
+	var cfg benchConfig
+	cmd := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "measure lock latency, throughput, hand-over latency and FIFO order",
+		Long:  benchDoc,
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := cfg.check(); err != nil {
 				return err
 			}
-			_, err = cfg.run(ctx, e)
-			return err
+			return do(c.Context(), cfg)
 		},
 	}
-}
-
-// benchConfig is the bench command's flags.
-type benchConfig struct {
-	conn     connFlags
-	backends []string
-	ops      int
-	workers  int
-	locks    int
-	json     bool
-}
-
-func parseBench(e env, args []string) (benchConfig, error) {
-	var cfg benchConfig
-	fs := newFlagSet(benchCommand())
-	cfg.conn.register(fs, backendRueidis+","+backendValkey, "client `libraries` to measure, comma-separated: rueidis, valkey")
+	cfg.conn.register(cmd, true, backendRueidis, backendValkey)
+	fs := cmd.Flags()
 	fs.IntVar(&cfg.ops, "ops", 2000, "operations per measurement")
 	fs.IntVar(&cfg.workers, "workers", 8, "concurrent owners in the contended and many-locks runs")
 	fs.IntVar(&cfg.locks, "locks", 64, "locks in the many-locks run")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
-	rest, err := fs.parse(e, args)
-	if err != nil {
-		return cfg, err
-	}
-	switch {
-	case len(rest) > 0:
-		return cfg, usageError("unexpected argument %q", rest[0])
-	case cfg.ops < 1 || cfg.ops > 10_000_000:
-		return cfg, usageError("--ops must be from 1 to 10000000, got %d", cfg.ops)
-	case cfg.workers < 2 || cfg.workers > 1000:
-		return cfg, usageError("--workers must be from 2 to 1000, got %d", cfg.workers)
-	case cfg.locks < 1 || cfg.locks > 100_000:
-		return cfg, usageError("--locks must be from 1 to 100000, got %d", cfg.locks)
-	}
-	for _, b := range strings.Split(cfg.conn.backend, ",") {
-		b = strings.TrimSpace(b)
-		if err := checkBackend(b); err != nil {
-			return cfg, err
-		}
-		if !contains(cfg.backends, b) {
-			cfg.backends = append(cfg.backends, b)
-		}
-	}
-	return cfg, nil
+	fs.BoolVarP(&cfg.quiet, "quiet", "q", false, "no progress on stderr")
+	return cmd
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+// benchConfig is the bench command's flags.
+type benchConfig struct {
+	conn    connFlags
+	ops     int
+	workers int
+	locks   int
+	json    bool
+	quiet   bool
+}
+
+// check checks the values of the flags.
+func (cfg benchConfig) check() error {
+	switch {
+	case cfg.ops < 1 || cfg.ops > 10_000_000:
+		return usageError("--ops must be from 1 to 10000000, got %d", cfg.ops)
+	case cfg.workers < 2 || cfg.workers > 1000:
+		return usageError("--workers must be from 2 to 1000, got %d", cfg.workers)
+	case cfg.locks < 1 || cfg.locks > 100_000:
+		return usageError("--locks must be from 1 to 100000, got %d", cfg.locks)
 	}
-	return false
+	return nil
 }
 
 // benchReport is what bench measured; --json prints it.
@@ -152,12 +144,15 @@ func (cfg benchConfig) run(ctx context.Context, e env) (benchReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	progress := e.stderr
-	fmt.Fprintf(progress, "fairlock bench: %s, %d ops per run, %d workers, %d locks\n", srv, cfg.ops, cfg.workers, cfg.locks)
-	if rep.Embedded {
-		fmt.Fprintf(progress, "note: no --addr or REDIS_URL: measuring the embedded miniredis, not Redis\n")
+	progress := &benchProgress{w: e.stderr, every: e.progressEvery}
+	if cfg.quiet {
+		progress.w, progress.every = io.Discard, 0
 	}
-	for _, name := range cfg.backends {
+	fmt.Fprintf(progress.w, "fairlock bench: %s, %d ops per run, %d workers, %d locks\n", srv, cfg.ops, cfg.workers, cfg.locks)
+	if rep.Embedded {
+		fmt.Fprintf(e.stderr, "note: no --addr or REDIS_URL: measuring the embedded miniredis, not Redis\n")
+	}
+	for _, name := range cfg.conn.backends.names {
 		res, err := cfg.runBackend(ctx, srv, name, runID, progress)
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
@@ -191,7 +186,7 @@ func randomHex(n int) (string, error) {
 
 // runBackend runs the three measurements with one client library. The
 // keys of every lock it used are deleted afterwards.
-func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID string, progress io.Writer) (res benchResult, err error) {
+func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID string, progress *benchProgress) (res benchResult, err error) {
 	res.Backend = name
 	ep, err := srv.open(name)
 	if err != nil {
@@ -221,23 +216,28 @@ func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID 
 		}
 	}()
 
-	fmt.Fprintf(progress, "%s: uncontended, %d Lock/Unlock pairs\n", name, cfg.ops)
+	phase := progress.start(ctx, name+": uncontended", fmt.Sprintf("%d Lock/Unlock pairs", cfg.ops), cfg.ops)
 	used = append(used, base+"uncontended")
-	if res.Uncontended, err = benchUncontended(ctx, c, base+"uncontended", cfg.ops); err != nil {
+	res.Uncontended, err = benchUncontended(phase.ctx, c, base+"uncontended", cfg.ops)
+	phase.stop()
+	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(progress, "%s: contended, %d workers, %d acquisitions on one lock\n", name, cfg.workers, cfg.ops)
+	phase = progress.start(ctx, name+": contended", fmt.Sprintf("%d workers, %d acquisitions on one lock", cfg.workers, cfg.ops), cfg.ops)
 	used = append(used, base+"contended")
-	if res.Contended, err = benchContended(ctx, c, base+"contended", cfg.workers, cfg.ops); err != nil {
+	res.Contended, err = benchContended(phase.ctx, c, base+"contended", cfg.workers, cfg.ops)
+	phase.stop()
+	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(progress, "%s: many locks, %d workers, %d locks, %d Lock/Unlock pairs\n", name, cfg.workers, cfg.locks, cfg.ops)
+	phase = progress.start(ctx, name+": many locks", fmt.Sprintf("%d workers, %d locks, %d Lock/Unlock pairs", cfg.workers, cfg.locks, cfg.ops), cfg.ops)
 	var names []string
 	for i := range cfg.locks {
 		names = append(names, fmt.Sprintf("%smany-%d", base, i))
 	}
 	used = append(used, names...)
-	res.ManyLocks, err = benchManyLocks(ctx, c, names, cfg.workers, cfg.ops)
+	res.ManyLocks, err = benchManyLocks(phase.ctx, c, names, cfg.workers, cfg.ops)
+	phase.stop()
 	return res, err
 }
 
@@ -357,5 +357,54 @@ func printBench(w io.Writer, rep benchReport) {
 		for _, v := range r.Contended.Violations {
 			fmt.Fprintf(w, "%s: FIFO violation: token %d went to %s, expected %s\n", r.Backend, v.Position, v.Got, v.Expected)
 		}
+	}
+}
+
+// benchProgress reports on stderr what bench is measuring: a line when a
+// measurement starts, and with every > 0 a line every that often with how
+// far it has got.
+type benchProgress struct {
+	w     io.Writer
+	every time.Duration
+}
+
+// benchPhase is one measurement being reported on; run it with ctx, then
+// call stop.
+type benchPhase struct {
+	ctx  context.Context
+	stop func()
+}
+
+// start reports the start of a measurement of total operations and, with
+// every > 0, reports on it from a goroutine of its own until stop, which
+// waits for that goroutine.
+func (p *benchProgress) start(ctx context.Context, label, detail string, total int) benchPhase {
+	fmt.Fprintf(p.w, "%s, %s\n", label, detail)
+	if p.every <= 0 {
+		return benchPhase{ctx: ctx, stop: func() {}}
+	}
+	var count lockbench.Progress
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(p.every)
+		defer t.Stop()
+		start, last, lastAt := time.Now(), int64(0), time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-t.C:
+				done := count.Done()
+				rate := float64(done-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = done, now
+				fmt.Fprintf(p.w, "  %s: %s / %s (%d%%), %s, %s elapsed\n", label, fmtInt(done), fmtInt(int64(total)),
+					done*100/int64(total), fmtRate(rate), now.Sub(start).Round(time.Second))
+			}
+		}
+	}()
+	return benchPhase{
+		ctx:  lockbench.WithProgress(ctx, &count),
+		stop: func() { close(quit); <-finished },
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchJSON is bench's --json output, as documented.
@@ -128,5 +130,49 @@ func TestBench_RealRedis(t *testing.T) {
 	}
 	if !reflect.DeepEqual(left, []string(nil)) {
 		t.Errorf("keys left behind: %q", left)
+	}
+}
+
+// go-redis is a --backend choice like the others.
+func TestBench_GoRedis(t *testing.T) {
+	checkNoLeaks(t)
+	s := startRedis(t)
+	r := runCLI(t, nil, "bench", "--addr", s.addr, "--backend", "goredis,rueidis", "--json", "--ops", "30", "--workers", "3", "--locks", "3")
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	checkBench(t, r.stdout, []string{backendGoRedis, backendRueidis}, 30, 3)
+}
+
+// On a terminal, bench reports how far each measurement has got; --quiet
+// and a stderr that is not a terminal (progressEvery 0) show no progress.
+func TestBench_Progress(t *testing.T) {
+	checkNoLeaks(t)
+	s := startRedis(t)
+	args := []string{"bench", "--addr", s.addr, "--backend", "valkey", "--ops", "300", "--workers", "2", "--locks", "2"}
+	progressLine := regexp.MustCompile(`(?m)^  valkey: (uncontended|contended|many locks): [0-9,]+ / 300 \([0-9]+%\), [0-9,]+/s, [0-9]+s elapsed$`)
+
+	r := runCLIEnv(t, env{progressEvery: 5 * time.Millisecond}, args...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	if !progressLine.MatchString(r.stderr) || !strings.Contains(r.stderr, "valkey: contended, 2 workers, 300 acquisitions on one lock") {
+		t.Errorf("no progress lines on stderr:\n%s", r.stderr)
+	}
+	for _, tc := range []struct {
+		name  string
+		e     env
+		extra []string
+	}{
+		{"not a terminal", env{}, nil},
+		{"quiet", env{progressEvery: 5 * time.Millisecond}, []string{"--quiet"}},
+	} {
+		r := runCLIEnv(t, tc.e, append(args, tc.extra...)...)
+		if r.code != exitOK || progressLine.MatchString(r.stderr) {
+			t.Errorf("%s: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+		}
+		if tc.name == "quiet" && r.stderr != "" {
+			t.Errorf("quiet: stderr %q, want nothing", r.stderr)
+		}
 	}
 }

@@ -12,8 +12,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 )
@@ -140,23 +144,26 @@ func (s *server) Close() {
 // endpoint is one client library's connection to the server, adapted for
 // package lock.
 type endpoint struct {
-	name     string // backendRueidis or backendValkey
+	name     string // backendRueidis, backendValkey or backendGoRedis
 	tracking bool   // client tracking is on: head waiters watch the lock key
 	backend  interface {
 		backend.Backend
 		Close() error
 	}
-	del         func(ctx context.Context, keys ...string) error // DEL in one slot
+	del         func(ctx context.Context, keys ...string) error          // DEL in one slot
+	exists      func(ctx context.Context, keys ...string) (int64, error) // EXISTS in one slot
 	closeClient func()
 }
 
 // open connects to the server with the named client library, with the
-// library's defaults: it detects a cluster by itself, and turns on client
-// tracking, which lets the head waiter watch the lock key (the lock reads
-// nothing through the cache). A server without CLIENT TRACKING (miniredis,
-// some proxies) gets a second try without it; the embedded miniredis gets a
-// single-node client without it at once. A server that cannot be reached is
-// an unreachableError.
+// library's defaults: rueidis and valkey-go detect a cluster by themselves
+// (go-redis is asked for a cluster client when INFO says so), and turn on
+// client tracking, which lets the head waiter watch the lock key (the lock
+// reads nothing through the cache). A server without CLIENT TRACKING
+// (miniredis, some proxies) gets a second try without it; the embedded
+// miniredis gets a single-node client without it at once. A server that
+// cannot be reached is an unreachableError, which says what answered
+// instead of a Redis server when something did (see diagnose).
 func (s *server) open(name string) (*endpoint, error) {
 	if err := checkBackend(name); err != nil {
 		return nil, err
@@ -166,10 +173,17 @@ func (s *server) open(name string) (*endpoint, error) {
 	switch name {
 	case backendRueidis:
 		ep, err = s.openRueidis()
-	default:
+	case backendValkey:
 		ep, err = s.openValkey()
+	default:
+		ep, err = s.openGoRedis()
 	}
 	if err != nil {
+		if s.embedded == nil {
+			if d := s.diagnose(); d != nil {
+				err = fmt.Errorf("%w (%s said: %v)", d, name, err)
+			}
+		}
 		return nil, unreachableError(fmt.Errorf("cannot connect to %s with %s: %w", s, name, err))
 	}
 	return ep, nil
@@ -203,6 +217,9 @@ func (s *server) openRueidis() (*endpoint, error) {
 		del: func(ctx context.Context, keys ...string) error {
 			return rc.Do(ctx, rc.B().Del().Key(keys...).Build()).Error()
 		},
+		exists: func(ctx context.Context, keys ...string) (int64, error) {
+			return rc.Do(ctx, rc.B().Exists().Key(keys...).Build()).AsInt64()
+		},
 		closeClient: rc.Close,
 	}, nil
 }
@@ -235,7 +252,64 @@ func (s *server) openValkey() (*endpoint, error) {
 		del: func(ctx context.Context, keys ...string) error {
 			return vc.Do(ctx, vc.B().Del().Key(keys...).Build()).Error()
 		},
+		exists: func(ctx context.Context, keys ...string) (int64, error) {
+			return vc.Do(ctx, vc.B().Exists().Key(keys...).Build()).AsInt64()
+		},
 		closeClient: vc.Close,
+	}, nil
+}
+
+// openGoRedis connects with go-redis, which dials lazily: a PING (and INFO
+// cluster) within --dial-timeout checks the server now. The adapter needs
+// ContextTimeoutEnabled (see package goredisbackend).
+func (s *server) openGoRedis() (*endpoint, error) {
+	opt := &redis.Options{Addr: s.addrs[0]}
+	if s.url != "" && strings.Contains(s.url, "://") {
+		var err error
+		if opt, err = redis.ParseURL(s.url); err != nil {
+			return nil, err
+		}
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = s.dialTimeout
+	}
+	opt.ContextTimeoutEnabled = true
+	// The command reports errors itself: go-redis would also log them,
+	// in lines of its own on stderr.
+	logging.Disable()
+	// go-redis would log its attempts at these optional handshakes.
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	ctx, cancel := context.WithTimeout(context.Background(), s.dialTimeout)
+	defer cancel()
+	var rc redis.UniversalClient = redis.NewClient(opt)
+	info, err := rc.Info(ctx, "cluster").Result()
+	if err != nil {
+		_ = rc.Close()
+		return nil, err
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		_ = rc.Close()
+		rc = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: s.addrs, Username: opt.Username, Password: opt.Password, TLSConfig: opt.TLSConfig,
+			DialTimeout: opt.DialTimeout, ContextTimeoutEnabled: true, DisableIdentity: true,
+			MaintNotificationsConfig: opt.MaintNotificationsConfig,
+		})
+		if err := rc.Ping(ctx).Err(); err != nil {
+			_ = rc.Close()
+			return nil, err
+		}
+	}
+	return &endpoint{
+		name:    backendGoRedis,
+		backend: goredisbackend.New(rc),
+		del: func(ctx context.Context, keys ...string) error {
+			return rc.Del(ctx, keys...).Err()
+		},
+		exists: func(ctx context.Context, keys ...string) (int64, error) {
+			return rc.Exists(ctx, keys...).Result()
+		},
+		closeClient: func() { _ = rc.Close() },
 	}, nil
 }
 

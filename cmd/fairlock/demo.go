@@ -11,13 +11,10 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/spf13/cobra"
 )
 
-func demoCommand() command {
-	return command{
-		name:    "demo",
-		summary: "watch workers take one lock in FIFO order, then a crashed holder's lease run out",
-		doc: `
+const demoDoc = `
 Starts --workers workers, one after another, that contend for one lock, and prints as it
 runs who holds the lock, the queue, each hand-over and its latency. The first worker holds
 the lock until every other worker has queued, so the arrival order is known; the summary
@@ -28,16 +25,38 @@ Then a "crasher" takes the lock with a --lease and no watchdog and never unlocks
 waiter acquires once the lease has run out on the server, with no unlock.
 
 Without --addr or REDIS_URL the demo starts an embedded Redis-compatible server (miniredis).
-Exit code 1 when a FIFO violation is found or the lease did not hand the lock over.`,
-		run: func(ctx context.Context, e env, args []string) error {
-			cfg, err := parseDemo(e, args)
-			if err != nil {
+Exit code 1 when a FIFO violation is found or the lease did not hand the lock over.`
+
+// demoCommand is "fairlock demo". do runs the parsed configuration; nil
+// runs the demo.
+func demoCommand(e env, do func(context.Context, demoConfig) error) *cobra.Command {
+	if do == nil {
+		do = func(ctx context.Context, cfg demoConfig) error {
+			_, err := cfg.run(ctx, e)
+			return err
+		}
+	}
+	var cfg demoConfig
+	cmd := &cobra.Command{
+		Use:   "demo [flags]",
+		Short: "watch workers take one lock in FIFO order, then a crashed holder's lease run out",
+		Long:  demoDoc,
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := cfg.check(); err != nil {
 				return err
 			}
-			_, err = cfg.run(ctx, e)
-			return err
+			return do(c.Context(), cfg)
 		},
 	}
+	cfg.conn.register(cmd, false, backendRueidis)
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.name, "name", "fairlock-demo", "lock `name`")
+	fs.IntVar(&cfg.workers, "workers", 5, "workers contending for the lock (2-100)")
+	newDuration(fs, &cfg.hold, "hold", 200*time.Millisecond, "how long each worker holds the lock")
+	newDuration(fs, &cfg.lease, "lease", time.Second, "the crashing holder's lease")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON report at the end instead of the live table")
+	return cmd
 }
 
 // demoConfig is the demo's flags, plus a hook for tests.
@@ -55,31 +74,24 @@ type demoConfig struct {
 	allQueued func(ctx context.Context) error
 }
 
-func parseDemo(e env, args []string) (demoConfig, error) {
-	cfg := demoConfig{}
-	fs := newFlagSet(demoCommand())
-	cfg.conn.register(fs, backendRueidis, "client `library`: rueidis or valkey")
-	fs.StringVar(&cfg.name, "name", "fairlock-demo", "lock `name`")
-	fs.IntVar(&cfg.workers, "workers", 5, "workers contending for the lock (2-100)")
-	fs.DurationVar(&cfg.hold, "hold", 200*time.Millisecond, "how long each worker holds the lock")
-	fs.DurationVar(&cfg.lease, "lease", time.Second, "the crashing holder's lease")
-	fs.BoolVar(&cfg.json, "json", false, "print one JSON report at the end instead of the live table")
-	rest, err := fs.parse(e, args)
-	if err != nil {
-		return cfg, err
-	}
+// parseDemo parses the demo's command line without running it.
+func parseDemo(e env, args []string) (cfg demoConfig, err error) {
+	err = parseOnly(e, demoCommand(e, func(_ context.Context, c demoConfig) error { cfg = c; return nil }), args)
+	return cfg, err
+}
+
+// check checks the values of the flags.
+func (cfg demoConfig) check() error {
 	switch {
-	case len(rest) > 0:
-		return cfg, usageError("unexpected argument %q", rest[0])
 	case cfg.workers < 2 || cfg.workers > 100:
-		return cfg, usageError("--workers must be from 2 to 100, got %d", cfg.workers)
+		return usageError("--workers must be from 2 to 100, got %d", cfg.workers)
 	case cfg.hold < 0:
-		return cfg, usageError("--hold must not be negative, got %v", cfg.hold)
+		return usageError("--hold must not be negative, got %v", cfg.hold)
 	case cfg.lease < 100*time.Millisecond || cfg.lease > time.Hour:
 		// The waiter must queue while the crasher's lease runs.
-		return cfg, usageError("--lease must be from 100ms to 1h, got %v", cfg.lease)
+		return usageError("--lease must be from 100ms to 1h, got %v", cfg.lease)
 	}
-	return cfg, checkBackend(cfg.conn.backend)
+	return nil
 }
 
 // demoStepTimeout bounds each wait of the demo for something that takes a
@@ -207,7 +219,7 @@ func (cfg demoConfig) run(ctx context.Context, e env) (rep demoReport, err error
 		return rep, err
 	}
 	defer srv.Close()
-	ep, err := srv.open(cfg.conn.backend)
+	ep, err := srv.open(cfg.conn.backend())
 	if err != nil {
 		return rep, err
 	}

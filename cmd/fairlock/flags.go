@@ -1,110 +1,146 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
-	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// flagSet is a command's flag.FlagSet with GNU-style help: flags are shown
-// as --name, --help prints to stdout, and flags may follow positional
-// arguments ("fairlock inspect orders --watch").
-type flagSet struct {
-	*flag.FlagSet
-	cmd command
+// Flags are parsed by spf13/pflag through cobra: GNU style (--name value or
+// --name=value), flags before or after the arguments, "--" ends the flags.
+// This file holds the flag types the commands share and the wording of
+// flag errors.
+
+// durationValue is a time.Duration flag that says what is wrong with a
+// value without a unit ("30" instead of "30s"), which time.ParseDuration
+// reports only as "missing unit".
+type durationValue time.Duration
+
+func newDuration(fs *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var((*durationValue)(p), name, usage)
 }
 
-func newFlagSet(c command) *flagSet {
-	fs := flag.NewFlagSet("fairlock "+c.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors and help are printed by parse
-	return &flagSet{FlagSet: fs, cmd: c}
-}
-
-// parse parses args, where flags and positional arguments may mix ("--"
-// ends the flags), and returns the positional arguments. On -h or --help it
-// prints the help to e.stdout and returns flag.ErrHelp; a bad flag is a
-// usage error.
-func (fs *flagSet) parse(e env, args []string) ([]string, error) {
-	var positional []string
-	for {
-		err := fs.Parse(args)
-		if err == flag.ErrHelp {
-			fs.printHelp(e.stdout)
-			return nil, flag.ErrHelp
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(s, 64); numErr == nil {
+			return fmt.Errorf("a duration needs a unit: %ss, %sms or %sm, for example", s, s, s)
 		}
-		if err != nil {
-			return nil, usageError("%v", err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		// flag stops at the first non-flag argument, or after "--".
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(positional, rest...), nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
+		return fmt.Errorf("not a duration (want a number and a unit: 500ms, 30s, 2m)")
 	}
+	*d = durationValue(v)
+	return nil
 }
 
-// printHelp prints the command's synopsis, description and flags with
-// their defaults.
-func (fs *flagSet) printHelp(w io.Writer) {
-	c := fs.cmd
-	synopsis := "fairlock " + c.name + " [flags]"
-	if c.args != "" {
-		synopsis += " " + c.args
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+func (d *durationValue) Type() string   { return "duration" }
+
+// Client libraries --backend accepts, in the order of the help.
+const (
+	backendRueidis = "rueidis"
+	backendValkey  = "valkey"
+	backendGoRedis = "goredis"
+)
+
+var backendNames = []string{backendRueidis, backendValkey, backendGoRedis}
+
+// backendChoices is the list of --backend values for messages.
+var backendChoices = strings.Join(backendNames[:len(backendNames)-1], ", ") + " or " + backendNames[len(backendNames)-1]
+
+// checkBackend reports whether name is a known client library.
+func checkBackend(name string) error {
+	if slices.Contains(backendNames, name) {
+		return nil
 	}
-	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(c.doc))
-	fs.VisitAll(func(f *flag.Flag) {
-		typ, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if typ != "" {
-			line += " " + typ
-		}
-		usage = strings.ReplaceAll(usage, "\n", "\n      \t")
-		fmt.Fprintf(w, "%s\n      \t%s", line, usage)
-		if def := f.DefValue; def != "" && def != "false" && def != "0" && def != "0s" {
-			fmt.Fprintf(w, " (default %s)", def)
-		}
-		fmt.Fprintln(w)
-	})
-	fmt.Fprintln(w, "  --help\n      \tprint this help")
+	return usageError("unknown --backend %q (want %s)", name, backendChoices)
 }
 
-// connFlags are the connection flags every command has.
+// backendsValue is --backend: one client library, or with many a
+// comma-separated list of them (bench measures each).
+type backendsValue struct {
+	names []string
+	many  bool
+}
+
+func (b *backendsValue) Set(s string) error {
+	var names []string
+	for n := range strings.SplitSeq(s, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(backendNames, n) {
+			return fmt.Errorf("unknown client library %q (want %s)", n, backendChoices)
+		}
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) > 1 && !b.many {
+		return fmt.Errorf("one client library at a time (want %s)", backendChoices)
+	}
+	b.names = names
+	return nil
+}
+
+func (b *backendsValue) String() string { return strings.Join(b.names, ",") }
+func (b *backendsValue) Type() string   { return "library" }
+
+// connFlags are the connection flags every command that talks to a server
+// has.
 type connFlags struct {
 	addr        string        // --addr; "" falls back to REDIS_URL
-	backend     string        // --backend
+	backends    backendsValue // --backend
 	prefix      string        // --prefix, the lock key prefix
 	dialTimeout time.Duration // --dial-timeout
 }
 
-// register adds the connection flags to fs. backendDefault and backendUsage
-// describe --backend, which bench accepts as a list.
-func (c *connFlags) register(fs *flagSet, backendDefault, backendUsage string) {
+// backend is the one client library of a command that takes one.
+func (c *connFlags) backend() string { return c.backends.names[0] }
+
+// register adds the connection flags to cmd. defaults are --backend's
+// default; many lets --backend take a list.
+func (c *connFlags) register(cmd *cobra.Command, many bool, defaults ...string) {
+	fs := cmd.Flags()
 	fs.StringVar(&c.addr, "addr", "",
 		"Redis `address`: host:port, or a redis://, rediss:// or unix:// URL\n(default: $REDIS_URL)")
-	fs.StringVar(&c.backend, "backend", backendDefault, backendUsage)
+	c.backends = backendsValue{names: defaults, many: many}
+	usage := "client `library`: " + backendChoices
+	if many {
+		usage = "client `libraries` to measure, comma-separated: " + strings.Join(backendNames, ", ")
+	}
+	fs.Var(&c.backends, "backend", usage)
+	_ = cmd.RegisterFlagCompletionFunc("backend", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return backendNames, cobra.ShellCompDirectiveNoFileComp
+	})
 	fs.StringVar(&c.prefix, "prefix", "",
 		"key `prefix` in front of lock names, as a Redisson NameMapper would add")
-	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second,
+	newDuration(fs, &c.dialTimeout, "dial-timeout", 5*time.Second,
 		"give up connecting to the server after this long")
 }
 
-// Client libraries --backend accepts.
-const (
-	backendRueidis = "rueidis"
-	backendValkey  = "valkey"
-)
-
-// checkBackend reports whether name is a known client library.
-func checkBackend(name string) error {
-	if name == backendRueidis || name == backendValkey {
-		return nil
+// flagError words a flag parsing error from pflag and makes it a usage
+// error (exit code 2).
+func flagError(_ *cobra.Command, err error) error {
+	var invalid *pflag.InvalidValueError
+	var missing *pflag.NotExistError
+	switch {
+	case errors.As(err, &invalid):
+		err = fmt.Errorf("invalid value %q for --%s: %w", invalid.GetValue(), invalid.GetFlag().Name, invalid.Unwrap())
+	case errors.As(err, &missing):
+		switch short := missing.GetSpecifiedShortnames(); {
+		case len(short) > 1:
+			// "-addr": Go's flag package took one dash, pflag does not.
+			err = fmt.Errorf("unknown flag -%s (long flags take two dashes: --%s)", short, short)
+		case short != "":
+			err = fmt.Errorf("unknown flag -%s", short)
+		default:
+			err = fmt.Errorf("unknown flag --%s", missing.GetSpecifiedName())
+		}
 	}
-	return usageError("unknown --backend %q (want %s or %s)", name, backendRueidis, backendValkey)
+	return usageError("%v", err)
 }

@@ -5,35 +5,55 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
-func inspectCommand() command {
-	return command{
-		name:    "inspect",
-		args:    "NAME",
-		summary: "print a lock's holder, lease, fencing token and queue",
-		doc: `
+const inspectDoc = `
 Prints the state of lock NAME, read atomically on the server: the holder (client id and
 owner id, as in the owner field "<clientID>:<ownerID>"), its hold count, the lease left,
 the latest fencing token, and the queue in order with each waiter's deadline. Waiters that
-look dead - deadline passed, or no deadline at all - are flagged with a warning.
+look dead - deadline passed, or no deadline at all - are flagged with a warning. A name
+with no keys at all on the server (no hash, queue, timeouts or fencing counter) is said to
+be so: check the name and --prefix.
 
 Works on locks taken by Redisson's getFairLock(NAME) too: the keyspace is the same
 (owner fields are "<uuid>:<threadId>"; Redisson issues no fencing tokens).
 
---watch redraws the state every --interval until interrupted (or --count times).`,
-		run: func(ctx context.Context, e env, args []string) error {
-			cfg, err := parseInspect(e, args)
-			if err != nil {
+--watch redraws the state every --interval until interrupted (exit code 130) or until
+--count refreshes (exit code 0).`
+
+// inspectCommand is "fairlock inspect". do runs the parsed configuration;
+// nil runs inspect.
+func inspectCommand(e env, do func(context.Context, inspectConfig) error) *cobra.Command {
+	if do == nil {
+		do = func(ctx context.Context, cfg inspectConfig) error { return cfg.run(ctx, e) }
+	}
+	var cfg inspectConfig
+	cmd := &cobra.Command{
+		Use:   "inspect [flags] NAME",
+		Short: "print a lock's holder, lease, fencing token and queue",
+		Long:  inspectDoc,
+		Args:  oneName,
+		RunE: func(c *cobra.Command, args []string) error {
+			cfg.name = args[0]
+			if err := cfg.check(c); err != nil {
 				return err
 			}
-			return cfg.run(ctx, e)
+			return do(c.Context(), cfg)
 		},
 	}
+	cfg.conn.register(cmd, false, backendRueidis)
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.limit, "limit", 100, "list at most this many waiters")
+	fs.BoolVar(&cfg.watch, "watch", false, "refresh every --interval until interrupted")
+	newDuration(fs, &cfg.interval, "interval", time.Second, "refresh interval of --watch")
+	fs.IntVar(&cfg.count, "count", 0, "with --watch, stop after this many refreshes (0: never)")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON (one object per line with --watch)")
+	return cmd
 }
 
 // inspectConfig is the inspect command's flags.
@@ -47,33 +67,25 @@ type inspectConfig struct {
 	json     bool
 }
 
-func parseInspect(e env, args []string) (inspectConfig, error) {
-	var cfg inspectConfig
-	fs := newFlagSet(inspectCommand())
-	cfg.conn.register(fs, backendRueidis, "client `library`: rueidis or valkey")
-	fs.IntVar(&cfg.limit, "limit", 100, "list at most this many waiters")
-	fs.BoolVar(&cfg.watch, "watch", false, "refresh every --interval until interrupted")
-	fs.DurationVar(&cfg.interval, "interval", time.Second, "refresh interval of --watch")
-	fs.IntVar(&cfg.count, "count", 0, "with --watch, stop after this many refreshes (0: never)")
-	fs.BoolVar(&cfg.json, "json", false, "print JSON (one object per line with --watch)")
-	rest, err := fs.parse(e, args)
-	if err != nil {
-		return cfg, err
-	}
+// parseInspect parses inspect's command line without running it.
+func parseInspect(e env, args []string) (cfg inspectConfig, err error) {
+	err = parseOnly(e, inspectCommand(e, func(_ context.Context, c inspectConfig) error { cfg = c; return nil }), args)
+	return cfg, err
+}
+
+// check checks the values of the flags.
+func (cfg inspectConfig) check(c *cobra.Command) error {
 	switch {
-	case len(rest) == 0:
-		return cfg, usageError("missing lock NAME")
-	case len(rest) > 1:
-		return cfg, usageError("unexpected argument %q (one lock NAME at a time)", rest[1])
 	case cfg.limit < 0:
-		return cfg, usageError("--limit must not be negative, got %d", cfg.limit)
+		return usageError("--limit must not be negative, got %d", cfg.limit)
 	case cfg.interval < 10*time.Millisecond:
-		return cfg, usageError("--interval must be at least 10ms, got %v", cfg.interval)
+		return usageError("--interval must be at least 10ms, got %v", cfg.interval)
 	case cfg.count < 0:
-		return cfg, usageError("--count must not be negative, got %d", cfg.count)
+		return usageError("--count must not be negative, got %d", cfg.count)
+	case !cfg.watch && c.Flags().Changed("count"):
+		return usageError("--count only counts the refreshes of --watch: add --watch, or drop --count")
 	}
-	cfg.name = rest[0]
-	return cfg, checkBackend(cfg.conn.backend)
+	return nil
 }
 
 // inspectReport is one snapshot of a lock, as printed.
@@ -88,6 +100,9 @@ type inspectReport struct {
 	QueueLength int       `json:"queue_length"`
 	Queue       []waiter  `json:"queue"` // head first, at most --limit
 	Warnings    []string  `json:"warnings"`
+	// Exists is false when the server has none of the lock's keys: no
+	// hash, queue, timeouts, liveness or fencing counter.
+	Exists bool `json:"exists"`
 
 	leaseLeft time.Duration
 }
@@ -119,7 +134,7 @@ func (cfg inspectConfig) run(ctx context.Context, e env) error {
 		return err
 	}
 	defer srv.Close()
-	ep, err := srv.open(cfg.conn.backend)
+	ep, err := srv.open(cfg.conn.backend())
 	if err != nil {
 		return err
 	}
@@ -153,19 +168,22 @@ func (cfg inspectConfig) run(ctx context.Context, e env) error {
 		printInspect(e.stdout, rep)
 		return nil
 	}
+	// --watch ends on a signal with the exit code the help promises for
+	// an interrupt, and without a message: that is how it is stopped.
+	interrupted := &exitError{code: exitInterrupted, err: errQuiet}
 	t := time.NewTicker(cfg.interval)
 	defer t.Stop()
 	for n := 1; ; n++ {
-		st, err := m.Inspect(ctx, cfg.limit)
+		rep, err := inspectOnce(ctx, ep, m, cfg.limit)
 		switch {
 		case err == nil:
-			if err := show(n, buildInspectReport(m, st)); err != nil {
+			if err := show(n, rep); err != nil {
 				return err
 			}
 		case !cfg.watch:
 			return err
 		case ctx.Err() != nil:
-			return nil // interrupted: the normal end of --watch
+			return interrupted
 		default:
 			// Keep watching: the server may be restarting.
 			fmt.Fprintf(e.stderr, "fairlock inspect: %s: %v\n", time.Now().Format("15:04:05.000"), err)
@@ -176,19 +194,34 @@ func (cfg inspectConfig) run(ctx context.Context, e env) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return nil
+			return interrupted
 		}
 	}
 }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+// inspectOnce reads the lock's state and, when it looks free and unused,
+// whether any of its keys exist at all.
+func inspectOnce(ctx context.Context, ep *endpoint, m *lock.Mutex, limit int) (inspectReport, error) {
+	st, err := m.Inspect(ctx, limit)
+	if err != nil {
+		return inspectReport{}, err
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	rep := buildInspectReport(m, st)
+	if !st.Locked() && st.QueueLength == 0 && st.Token == 0 {
+		// The timeout and liveness zsets may outlive the queue.
+		n, err := ep.exists(ctx, lockKeys(m.Key())...)
+		if err != nil {
+			return rep, err
+		}
+		rep.Exists = n > 0
+	}
+	return rep, nil
+}
+
+// isTerminal reports whether v (stdin, stdout or stderr) is a terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // buildInspectReport turns a snapshot into the report, with warnings.
@@ -196,7 +229,7 @@ func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 	rep := inspectReport{
 		Name: m.Name(), Key: m.Key(), ServerTime: st.ServerTime.UTC(), Locked: st.Locked(),
 		Holders: []holder{}, Token: st.Token, QueueLength: st.QueueLength, Queue: []waiter{},
-		Warnings: []string{}, leaseLeft: st.TTL, LeaseLeft: millis(st.TTL),
+		Warnings: []string{}, leaseLeft: st.TTL, LeaseLeft: millis(st.TTL), Exists: true,
 	}
 	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
 	for _, h := range st.Holders {
@@ -243,6 +276,11 @@ func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 // printInspect prints one snapshot for people.
 func printInspect(w io.Writer, rep inspectReport) {
 	fmt.Fprintf(w, "lock %q (key %s) at %s server time\n", rep.Name, rep.Key, rep.ServerTime.Format("2006-01-02 15:04:05.000 MST"))
+	if !rep.Exists {
+		fmt.Fprintf(w, "  no keys for %q on this server: nobody holds or waits for it, and no fairlock client\n"+
+			"  ever took it (Redisson leaves no keys behind a free lock); check the name and --prefix\n", rep.Key)
+		return
+	}
 	tw := newTable(w)
 	switch {
 	case len(rep.Holders) == 0:

@@ -38,6 +38,7 @@ type inspectJSON struct {
 		Dead       bool       `json:"dead"`
 	} `json:"queue"`
 	Warnings []string `json:"warnings"`
+	Exists   bool     `json:"exists"`
 }
 
 func decodeInspect(t *testing.T, out string) inspectJSON {
@@ -241,12 +242,12 @@ func TestInspect_WatchAndFreeLock(t *testing.T) {
 		t.Fatalf("%d JSON lines, want 3:\n%s", len(lines), r.stdout)
 	}
 	for _, l := range lines {
-		if rep := decodeInspect(t, l); rep.Locked || rep.QueueLength != 0 || rep.LeaseLeft != 0 || len(rep.Holders) != 0 {
-			t.Errorf("free lock reported as %+v", rep)
+		if rep := decodeInspect(t, l); rep.Locked || rep.QueueLength != 0 || rep.LeaseLeft != 0 || len(rep.Holders) != 0 || rep.Exists {
+			t.Errorf("a name without keys reported as %+v", rep)
 		}
 	}
 	r = runCLI(t, nil, "inspect", "nothing", "--addr", s.addr, "--watch", "--count", "2", "--interval", "10ms")
-	if r.code != exitOK || strings.Count(r.stdout, `lock "nothing"`) != 2 || !strings.Contains(r.stdout, "none (free)") {
+	if r.code != exitOK || strings.Count(r.stdout, `lock "nothing"`) != 2 || !strings.Contains(r.stdout, `no keys for "nothing"`) {
 		t.Errorf("exit %d, output:\n%s", r.code, r.stdout)
 	}
 	// A name whose keys would hash to different cluster slots.

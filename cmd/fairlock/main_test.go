@@ -26,8 +26,22 @@ type cliResult struct {
 // (REDIS_URL of the test process is ignored), bounded by a minute.
 func runCLI(t *testing.T, vars map[string]string, args ...string) cliResult {
 	t.Helper()
+	return runCLIEnv(t, env{getenv: func(k string) string { return vars[k] }}, args...)
+}
+
+// runCLIEnv runs the command line in-process in e, whose stdout and stderr
+// it replaces to capture them; a nil stdin reads nothing and a nil getenv
+// finds nothing.
+func runCLIEnv(t *testing.T, e env, args ...string) cliResult {
+	t.Helper()
 	var out, errb bytes.Buffer
-	e := env{stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	e.stdout, e.stderr = &out, &errb
+	if e.stdin == nil {
+		e.stdin = strings.NewReader("")
+	}
+	if e.getenv == nil {
+		e.getenv = func(string) string { return "" }
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	code := e.run(ctx, args)
@@ -130,7 +144,7 @@ func TestRun_HelpAndUsage(t *testing.T) {
 	if code := run(context.Background(), []string{"--help"}, &out, &errb); code != exitOK {
 		t.Fatalf("run --help = %d, stderr %q", code, errb.String())
 	}
-	for _, want := range []string{"demo", "inspect", "bench", "REDIS_URL", "Exit codes"} {
+	for _, want := range []string{"demo", "inspect", "force-unlock", "delete", "bench", "version", "completion", "REDIS_URL", "Exit codes", "130  interrupted"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help output lacks %q:\n%s", want, out.String())
 		}
@@ -154,10 +168,35 @@ func TestRun_HelpAndUsage(t *testing.T) {
 		{name: "inspect help", args: []string{"inspect", "-h"}, code: exitOK,
 			stdout: []string{"Usage: fairlock inspect [flags] NAME", "--watch", "(default 1s)", "(default 100)"}},
 		{name: "bad flag", args: []string{"demo", "--bogus"}, code: exitUsage,
-			stderr: []string{"flag provided but not defined", "fairlock demo --help"}, noStdout: true},
-		{name: "bad flag value", args: []string{"demo", "--hold", "soon"}, code: exitUsage, stderr: []string{`invalid value "soon"`}},
+			stderr: []string{"unknown flag --bogus", "fairlock demo --help"}, noStdout: true},
+		{name: "one-dash long flag", args: []string{"inspect", "x", "-addr", "h:1"}, code: exitUsage,
+			stderr: []string{"unknown flag -addr (long flags take two dashes: --addr)"}},
+		{name: "bad flag value", args: []string{"demo", "--hold", "soon"}, code: exitUsage, stderr: []string{`invalid value "soon" for --hold`}},
+		{name: "duration without unit", args: []string{"demo", "--lease", "30"}, code: exitUsage,
+			stderr: []string{`invalid value "30" for --lease: a duration needs a unit: 30s, 30ms or 30m`}},
+		{name: "fractional duration without unit", args: []string{"inspect", "x", "--watch", "--interval", "0.5"}, code: exitUsage,
+			stderr: []string{"a duration needs a unit: 0.5s"}},
+		{name: "dial timeout without unit", args: []string{"bench", "--dial-timeout=5"}, code: exitUsage,
+			stderr: []string{`invalid value "5" for --dial-timeout: a duration needs a unit`}},
+		{name: "count without watch", args: []string{"inspect", "x", "--addr", "h:1", "--count", "3"}, code: exitUsage,
+			stderr: []string{"--count only counts the refreshes of --watch"}},
+		{name: "missing flag value", args: []string{"inspect", "x", "--addr"}, code: exitUsage, stderr: []string{"flag needs an argument: --addr"}},
 		{name: "workers out of range", args: []string{"demo", "--workers", "1"}, code: exitUsage, stderr: []string{"--workers must be from 2 to 100"}},
-		{name: "bad backend", args: []string{"bench", "--backend", "rueidis,jedis"}, code: exitUsage, stderr: []string{`unknown --backend "jedis"`}},
+		{name: "bad backend", args: []string{"bench", "--backend", "rueidis,jedis"}, code: exitUsage,
+			stderr: []string{`invalid value "rueidis,jedis" for --backend: unknown client library "jedis" (want rueidis, valkey or goredis)`}},
+		{name: "two backends where one is wanted", args: []string{"inspect", "x", "--backend", "rueidis,goredis"}, code: exitUsage,
+			stderr: []string{"one client library at a time"}},
+		{name: "help lists goredis", args: []string{"inspect", "--help"}, code: exitOK, stdout: []string{"rueidis, valkey or goredis"}},
+		{name: "unexpected argument", args: []string{"bench", "extra"}, code: exitUsage, stderr: []string{`unexpected argument "extra"`}},
+		{name: "two names", args: []string{"force-unlock", "a", "b"}, code: exitUsage, stderr: []string{`unexpected argument "b" (one lock NAME at a time)`}},
+		{name: "force-unlock without name", args: []string{"force-unlock"}, code: exitUsage, stderr: []string{"missing lock NAME"}},
+		{name: "delete help", args: []string{"help", "delete"}, code: exitOK,
+			stdout: []string{"Usage: fairlock delete [flags] NAME", "--yes", "fencing counter is kept"}},
+		{name: "completion", args: []string{"completion", "bash"}, code: exitOK, stdout: []string{"bash completion", "fairlock"}},
+		{name: "version flag", args: []string{"--version"}, code: exitOK, stdout: []string{"fairlock ", runtime.Version()}},
+		{name: "version command", args: []string{"version"}, code: exitOK,
+			stdout: []string{"fairlock ", "go       " + runtime.Version(), "github.com/redis/rueidis v", "github.com/redis/go-redis/v9 v"}},
+		{name: "version takes no argument", args: []string{"version", "x"}, code: exitUsage, stderr: []string{`unexpected argument "x"`}},
 		{name: "inspect without name", args: []string{"inspect", "--addr", "127.0.0.1:6379"}, code: exitUsage, stderr: []string{"missing lock NAME"}},
 		{name: "inspect without server", args: []string{"inspect", "orders"}, code: exitUsage, stderr: []string{"set --addr or REDIS_URL"}},
 		{name: "address without port", args: []string{"inspect", "orders", "--addr", "localhost"}, code: exitUsage,
