@@ -26,7 +26,7 @@ type adminAction struct {
 	// question is the confirmation asked, without the [y/N].
 	question func(rep inspectReport) string
 	// act changes the lock and returns what happened, for people.
-	act func(ctx context.Context, m *lock.Mutex, rep inspectReport) (string, error)
+	act func(ctx context.Context, c *lock.Client, m *lock.Mutex, rep inspectReport) (string, error)
 }
 
 // adminConfig is an admin command's flags.
@@ -82,7 +82,7 @@ the queue is woken and takes the lock. Waiters keep their places.`,
 			}
 			return fmt.Sprintf("Force-unlock %q? Its holder loses it and %s.", rep.Name, next)
 		},
-		act: func(ctx context.Context, m *lock.Mutex, rep inspectReport) (string, error) {
+		act: func(ctx context.Context, _ *lock.Client, m *lock.Mutex, rep inspectReport) (string, error) {
 			released, err := m.ForceUnlock(ctx)
 			switch {
 			case err != nil:
@@ -116,7 +116,7 @@ fencing counter is kept, so tokens never go backwards.`,
 		question: func(rep inspectReport) string {
 			return fmt.Sprintf("Delete lock %q (the hash, a queue of %s and their timeouts)?", rep.Name, plural(rep.QueueLength, "waiter"))
 		},
-		act: func(ctx context.Context, m *lock.Mutex, rep inspectReport) (string, error) {
+		act: func(ctx context.Context, _ *lock.Client, m *lock.Mutex, rep inspectReport) (string, error) {
 			existed, err := m.Delete(ctx)
 			switch {
 			case err != nil:
@@ -128,6 +128,58 @@ fencing counter is kept, so tokens never go backwards.`,
 		},
 	}, do)
 }
+
+func pruneWaitersCommand(e env, do func(context.Context, adminConfig) error) *cobra.Command {
+	return adminCommand(e, adminAction{
+		name:  "prune-waiters",
+		short: "drop a lock's dead waiters; the new head is woken",
+		doc: `
+Drops the dead waiters of lock NAME (Client.PruneWaiters): queued owners whose deadline
+has passed - a fairlock waiter that stopped heartbeating for longer than its waiter
+timeout, a Redisson waiter past its Redisson deadline. Live waiters keep their places;
+when the head changes, the new head is woken, and takes the lock if it is free. Locks in
+use drop a dead head by themselves within the waiter timeout: this is for the dead ones
+behind it, or a lock nobody is using. inspect marks the dead ones "dead?".`,
+		skip: func(rep inspectReport) string {
+			if rep.QueueLength == 0 {
+				return fmt.Sprintf("nobody waits for %q: nothing to prune", rep.Name)
+			}
+			if deadShown(rep) == 0 && rep.QueueLength == len(rep.Queue) {
+				return fmt.Sprintf("no dead waiter among the %s of %q: nothing to prune", plural(rep.QueueLength, "waiter"), rep.Name)
+			}
+			return ""
+		},
+		question: func(rep inspectReport) string {
+			dead := plural(deadShown(rep), "dead waiter")
+			if rep.QueueLength > len(rep.Queue) {
+				dead = fmt.Sprintf("%s among the first %d listed, maybe more behind them", dead, len(rep.Queue))
+			}
+			return fmt.Sprintf("Drop the dead waiters of %q (%s waiting, %s)?", rep.Name, fmtInt(int64(rep.QueueLength)), dead)
+		},
+		act: func(ctx context.Context, c *lock.Client, _ *lock.Mutex, rep inspectReport) (string, error) {
+			n, err := c.PruneWaiters(ctx, rep.Name)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("dropped %s of %q", plural(n, "dead waiter"), rep.Name), nil
+		},
+	}, do)
+}
+
+// deadShown returns how many of the waiters listed in rep look dead.
+func deadShown(rep inspectReport) int {
+	n := 0
+	for _, w := range rep.Queue {
+		if w.Dead {
+			n++
+		}
+	}
+	return n
+}
+
+// adminListed is how many waiters an admin command lists before its
+// question.
+const adminListed = 20
 
 // run shows the lock, asks, and acts. Messages for people go to stderr,
 // what happened to stdout.
@@ -155,7 +207,7 @@ func (cfg adminConfig) run(ctx context.Context, e env, a adminAction) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	rep, err := inspectOnce(ctx, ep, m, 10)
+	rep, err := inspectOnce(ctx, ep, m, adminListed)
 	if err != nil {
 		return err
 	}
@@ -172,7 +224,7 @@ func (cfg adminConfig) run(ctx context.Context, e env, a adminAction) error {
 			return err
 		}
 	}
-	done, err := a.act(ctx, m, rep)
+	done, err := a.act(ctx, c, m, rep)
 	if err != nil {
 		return err
 	}

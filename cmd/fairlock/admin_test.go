@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -227,4 +228,50 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// prune-waiters drops the waiters whose deadline has passed, wherever they
+// are in the queue; the live ones keep their places.
+func TestAdmin_PruneWaiters(t *testing.T) {
+	checkNoLeaks(t)
+	s := startRedis(t)
+	holder, _, waiter, _ := heldWithWaiter(t, s.addr, "jobs")
+	ctx := context.Background()
+	// Two Redisson waiters behind the live one, their deadlines passed.
+	rc := rawClient(t, s.addr)
+	st, err := holder.Inspect(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := fmt.Sprint(st.ServerTime.Add(-2 * time.Second).UnixMilli())
+	for _, cmd := range [][]string{
+		{"RPUSH", "redisson_lock_queue:{jobs}", "dead-1:1", "dead-2:1"},
+		{"ZADD", "redisson_lock_timeout:{jobs}", past, "dead-1:1", past, "dead-2:1"},
+	} {
+		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := runCLIEnv(t, env{stdin: strings.NewReader("y\n"), interactive: true}, "prune-waiters", "jobs", "--addr", s.addr)
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{`Drop the dead waiters of "jobs" (3 waiting, 2 dead waiters)? [y/N]`, "dead?"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stdout, `dropped 2 dead waiters of "jobs"`) {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	st, err = holder.Inspect(ctx, 10)
+	if err != nil || st.QueueLength != 1 || st.Queue[0].Owner != waiter.Owner().String() || st.CountOf(holder.Owner().String()) != 1 {
+		t.Fatalf("after prune-waiters: %+v, %v; want the holder holding and the live waiter alone in the queue", st, err)
+	}
+	// Now there is nothing to prune: no question.
+	r = runCLI(t, nil, "prune-waiters", "jobs", "--addr", s.addr)
+	if r.code != exitOK || !strings.Contains(r.stdout, `no dead waiter among the 1 waiter of "jobs": nothing to prune`) {
+		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 }

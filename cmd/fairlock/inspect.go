@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
@@ -113,6 +114,52 @@ type holder struct {
 	ClientID string `json:"client_id"` // "" when the field has another form
 	OwnerID  int64  `json:"owner_id"`
 	Count    int    `json:"count"`
+	clientInfo
+}
+
+// clientInfo is who an owner's client is, as far as Inspect can tell.
+type clientInfo struct {
+	// Description is what the client says of itself (lock.WithDescription):
+	// host, pid and name; null when it says nothing.
+	Description *lock.Description `json:"description"`
+	// Kind is "fairlock", "redisson" or "unknown" (lock.ClientKind).
+	Kind string `json:"kind"`
+}
+
+func newClientInfo(d *lock.Description, k lock.ClientKind) clientInfo {
+	if k == lock.KindUnknown {
+		k = "unknown"
+	}
+	return clientInfo{Description: d, Kind: string(k)}
+}
+
+// String says who the client is for the table: "orders-api (host web-1,
+// pid 4242)", "Redisson client", or "" when nothing is known.
+func (c clientInfo) String() string {
+	if d := c.Description; d != nil {
+		var facts []string
+		if d.Host != "" {
+			facts = append(facts, "host "+d.Host)
+		}
+		if d.PID != 0 {
+			facts = append(facts, fmt.Sprintf("pid %d", d.PID))
+		}
+		who := d.Name
+		if who == "" {
+			who = "fairlock client"
+		}
+		if len(facts) > 0 {
+			who += " (" + strings.Join(facts, ", ") + ")"
+		}
+		return who
+	}
+	switch lock.ClientKind(c.Kind) {
+	case lock.KindRedisson:
+		return "Redisson client"
+	case lock.KindFairlock:
+		return "fairlock client, no description"
+	}
+	return ""
 }
 
 // waiter is one queued owner.
@@ -124,6 +171,7 @@ type waiter struct {
 	Deadline   *time.Time `json:"deadline"`       // null: no entry in the timeout zset
 	DeadlineIn float64    `json:"deadline_in_ms"` // from the server time; negative when passed
 	Dead       bool       `json:"dead"`           // looks dead: no deadline, or it has passed
+	clientInfo
 
 	deadlineIn time.Duration
 }
@@ -233,13 +281,16 @@ func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 	}
 	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
 	for _, h := range st.Holders {
-		hr := holder{Owner: h.Owner, Count: h.Count}
+		hr := holder{Owner: h.Owner, Count: h.Count, clientInfo: newClientInfo(h.Description, h.Kind)}
 		if o, err := lock.ParseOwner(h.Owner); err == nil {
 			hr.ClientID, hr.OwnerID = o.ClientID, o.ID
 		} else {
 			warn("holder field %q is not \"<clientID>:<ownerID>\": not written by fairlock or Redisson", h.Owner)
 		}
 		rep.Holders = append(rep.Holders, hr)
+	}
+	if st.DescriptionErr != nil {
+		warn("could not read who the owners' clients are: %v", st.DescriptionErr)
 	}
 	if len(st.Holders) > 1 {
 		warn("%d owners in the lock hash: a fair lock has one holder (reentrant holds share one field)", len(st.Holders))
@@ -248,7 +299,7 @@ func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 		warn("the lock has no expiry: it never frees itself, only an unlock or force-unlock releases it")
 	}
 	for i, w := range st.Queue {
-		wr := waiter{Position: i + 1, Owner: w.Owner}
+		wr := waiter{Position: i + 1, Owner: w.Owner, clientInfo: newClientInfo(w.Description, w.Kind)}
 		if o, err := lock.ParseOwner(w.Owner); err == nil {
 			wr.ClientID, wr.OwnerID = o.ClientID, o.ID
 		}
@@ -289,9 +340,12 @@ func printInspect(w io.Writer, rep inspectReport) {
 		for _, h := range rep.Holders {
 			if h.ClientID == "" {
 				fmt.Fprintf(tw, "  holder\t%s\thold count %d\n", h.Owner, h.Count)
-				continue
+			} else {
+				fmt.Fprintf(tw, "  holder\tclient %s  owner %d\thold count %d\n", h.ClientID, h.OwnerID, h.Count)
 			}
-			fmt.Fprintf(tw, "  holder\tclient %s  owner %d\thold count %d\n", h.ClientID, h.OwnerID, h.Count)
+			if who := h.clientInfo.String(); who != "" {
+				fmt.Fprintf(tw, "  held by\t%s\n", who)
+			}
 		}
 	}
 	switch {
@@ -315,7 +369,7 @@ func printInspect(w io.Writer, rep inspectReport) {
 	_ = tw.Flush()
 	if len(rep.Queue) > 0 {
 		tw = newTable(w)
-		fmt.Fprintln(tw, "    #\tCLIENT\tOWNER\tDEADLINE\tIN\t")
+		fmt.Fprintln(tw, "    #\tCLIENT\tOWNER\tDEADLINE\tIN\t\tWHO")
 		for _, q := range rep.Queue {
 			client, owner := q.ClientID, fmt.Sprint(q.OwnerID)
 			if client == "" {
@@ -328,7 +382,7 @@ func printInspect(w io.Writer, rep inspectReport) {
 			if q.Dead {
 				note = "dead?"
 			}
-			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\n", q.Position, client, owner, deadline, in, note)
+			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Position, client, owner, deadline, in, note, q.clientInfo.String())
 		}
 		_ = tw.Flush()
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,25 +22,36 @@ type inspectJSON struct {
 	ServerTime time.Time `json:"server_time"`
 	Locked     bool      `json:"locked"`
 	Holders    []struct {
-		Owner    string `json:"owner"`
-		ClientID string `json:"client_id"`
-		OwnerID  int64  `json:"owner_id"`
-		Count    int    `json:"count"`
+		Owner       string           `json:"owner"`
+		ClientID    string           `json:"client_id"`
+		OwnerID     int64            `json:"owner_id"`
+		Count       int              `json:"count"`
+		Description *descriptionJSON `json:"description"`
+		Kind        string           `json:"kind"`
 	} `json:"holders"`
 	LeaseLeft   float64 `json:"lease_left_ms"`
 	Token       int64   `json:"token"`
 	QueueLength int     `json:"queue_length"`
 	Queue       []struct {
-		Position   int        `json:"position"`
-		Owner      string     `json:"owner"`
-		ClientID   string     `json:"client_id"`
-		OwnerID    int64      `json:"owner_id"`
-		Deadline   *time.Time `json:"deadline"`
-		DeadlineIn float64    `json:"deadline_in_ms"`
-		Dead       bool       `json:"dead"`
+		Position    int              `json:"position"`
+		Owner       string           `json:"owner"`
+		ClientID    string           `json:"client_id"`
+		OwnerID     int64            `json:"owner_id"`
+		Deadline    *time.Time       `json:"deadline"`
+		DeadlineIn  float64          `json:"deadline_in_ms"`
+		Dead        bool             `json:"dead"`
+		Description *descriptionJSON `json:"description"`
+		Kind        string           `json:"kind"`
 	} `json:"queue"`
 	Warnings []string `json:"warnings"`
 	Exists   bool     `json:"exists"`
+}
+
+// descriptionJSON is a client's description in inspect's --json output.
+type descriptionJSON struct {
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	Name string `json:"name"`
 }
 
 func decodeInspect(t *testing.T, out string) inspectJSON {
@@ -253,5 +266,92 @@ func TestInspect_WatchAndFreeLock(t *testing.T) {
 	// A name whose keys would hash to different cluster slots.
 	if r = runCLI(t, nil, "inspect", "a{}b", "--addr", s.addr); r.code != exitUsage || !strings.Contains(r.stderr, "invalid lock name") {
 		t.Errorf("bad name: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Clients that describe themselves (lock.WithDescription) are shown as
+// such, for the holder and each waiter, in the table and in JSON; Redisson
+// owners are shown as Redisson clients.
+func TestInspect_Descriptions(t *testing.T) {
+	checkNoLeaks(t)
+	s := startRedis(t)
+	host, _ := os.Hostname()
+	api := lockClient(t, s.addr, lock.WithDescription("orders-api"))
+	worker := lockClient(t, s.addr, lock.WithDescription("billing-worker"))
+	plain := lockClient(t, s.addr)
+	ctx := context.Background()
+	holder := mustMutex(t, api, "described")
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i, c := range []*lock.Client{worker, plain} {
+		m := mustMutex(t, c, "described")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = m.Lock(wctx)
+		}()
+		waitUntil(t, 10*time.Second, "the waiter to queue", func() bool {
+			st, err := holder.Inspect(ctx, 0)
+			return err == nil && st.QueueLength == i+1
+		})
+	}
+	// A Redisson waiter behind them: Redisson's 5-minute deadline, no
+	// fairlock liveness deadline.
+	rc := rawClient(t, s.addr)
+	redisson := "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7:57"
+	st, err := holder.Inspect(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{
+		{"RPUSH", "redisson_lock_queue:{described}", redisson},
+		{"ZADD", "redisson_lock_timeout:{described}", fmt.Sprint(st.ServerTime.Add(5 * time.Minute).UnixMilli()), redisson},
+	} {
+		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := runCLI(t, nil, "inspect", "described", "--addr", s.addr, "--json")
+	if r.code != exitOK {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	rep := decodeInspect(t, r.stdout)
+	want := func(name string) *descriptionJSON { return &descriptionJSON{Host: host, PID: os.Getpid(), Name: name} }
+	if len(rep.Holders) != 1 || !reflect.DeepEqual(rep.Holders[0].Description, want("orders-api")) || rep.Holders[0].Kind != "fairlock" {
+		t.Errorf("holders %+v; want orders-api on %s, pid %d", rep.Holders, host, os.Getpid())
+	}
+	if len(rep.Queue) != 3 {
+		t.Fatalf("queue %+v", rep.Queue)
+	}
+	if q := rep.Queue[0]; !reflect.DeepEqual(q.Description, want("billing-worker")) || q.Kind != "fairlock" {
+		t.Errorf("waiter 1: %+v, %q; want billing-worker", q.Description, q.Kind)
+	}
+	if q := rep.Queue[1]; q.Description != nil || q.Kind != "fairlock" {
+		t.Errorf("waiter 2 (no description): %+v, %q", q.Description, q.Kind)
+	}
+	if q := rep.Queue[2]; q.Description != nil || q.Kind != "redisson" {
+		t.Errorf("waiter 3 (Redisson): %+v, %q", q.Description, q.Kind)
+	}
+
+	r = runCLI(t, nil, "inspect", "described", "--addr", s.addr)
+	for _, want := range []string{
+		fmt.Sprintf("held by        orders-api (host %s, pid %d)", host, os.Getpid()),
+		fmt.Sprintf("billing-worker (host %s, pid %d)", host, os.Getpid()),
+		"fairlock client, no description",
+		"Redisson client",
+		"WHO",
+	} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("exit %d, output lacks %q:\n%s", r.code, want, r.stdout)
+		}
+	}
+	// The queue rows still read as before.
+	if _, rows := parseInspectText(t, r.stdout); len(rows) != 3 || rows[0].markedDead || rows[2].client != "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7" {
+		t.Errorf("rows %+v", rows)
 	}
 }

@@ -7,6 +7,7 @@
 //	fairlock inspect [flags] NAME        print a lock's holder, lease, token and queue
 //	fairlock force-unlock [flags] NAME   release a lock whoever holds it
 //	fairlock delete  [flags] NAME        delete a lock's hash, queue and timeouts
+//	fairlock prune-waiters [flags] NAME  drop a lock's dead waiters
 //	fairlock bench   [flags]             measure latency, throughput and fairness
 //	fairlock version                     print the version (also --version)
 //	fairlock completion SHELL            print a shell completion script
@@ -115,9 +116,16 @@ func (e env) rootCommand() *cobra.Command {
 		inspectCommand(e, nil),
 		forceUnlockCommand(e, nil),
 		deleteCommand(e, nil),
+		pruneWaitersCommand(e, nil),
 		benchCommand(e, nil),
 		versionCommand(e),
 	)
+	// cobra's completion command, made now to word its summary as the
+	// others are.
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil {
+		c.Short = "print a shell completion script: bash, zsh, fish or powershell"
+	}
 	return root
 }
 
@@ -205,7 +213,7 @@ Commands:
 `, root.Short)
 	for _, c := range root.Commands() {
 		if c.IsAvailableCommand() || c.Name() == "help" {
-			fmt.Fprintf(w, "  %-13s %s\n", c.Name(), c.Short)
+			fmt.Fprintf(w, "  %-14s %s\n", c.Name(), c.Short)
 		}
 	}
 	fmt.Fprint(w, `

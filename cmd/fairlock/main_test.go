@@ -114,12 +114,12 @@ func rawClient(t *testing.T, addr string) rueidis.Client {
 }
 
 // lockClient is a lock client on addr, closed when the test ends.
-func lockClient(t *testing.T, addr string) *lock.Client {
+func lockClient(t *testing.T, addr string, opts ...lock.Option) *lock.Client {
 	t.Helper()
 	rc := rawClient(t, addr)
 	b := rueidisbackend.New(rc)
 	t.Cleanup(func() { _ = b.Close() })
-	c, err := lock.NewClient(b)
+	c, err := lock.NewClient(b, opts...)
 	if err != nil {
 		t.Fatalf("lock.NewClient: %v", err)
 	}
@@ -189,6 +189,8 @@ func TestRun_HelpAndUsage(t *testing.T) {
 		{name: "help lists goredis", args: []string{"inspect", "--help"}, code: exitOK, stdout: []string{"rueidis, valkey or goredis"}},
 		{name: "unexpected argument", args: []string{"bench", "extra"}, code: exitUsage, stderr: []string{`unexpected argument "extra"`}},
 		{name: "two names", args: []string{"force-unlock", "a", "b"}, code: exitUsage, stderr: []string{`unexpected argument "b" (one lock NAME at a time)`}},
+		{name: "prune-waiters help", args: []string{"prune-waiters", "--help"}, code: exitOK,
+			stdout: []string{"Usage: fairlock prune-waiters [flags] NAME", "Client.PruneWaiters", "--yes"}},
 		{name: "force-unlock without name", args: []string{"force-unlock"}, code: exitUsage, stderr: []string{"missing lock NAME"}},
 		{name: "delete help", args: []string{"help", "delete"}, code: exitOK,
 			stdout: []string{"Usage: fairlock delete [flags] NAME", "--yes", "fencing counter is kept"}},
