@@ -12,18 +12,23 @@ import (
 	"github.com/fairlock/fairlock/lock"
 )
 
-// heldWithWaiter takes lock name with one owner and queues a second one
-// behind it. acquired receives the waiter's Lock result once it returns.
+// waiterTimeout is the test waiters' timeout: they heartbeat every third
+// of it, so a waiter that gets the lock much sooner was woken.
+const waiterTimeout = time.Minute
+
+// heldWithWaiter takes lock name with one owner and queues a second one,
+// of another client, behind it. acquired receives the waiter's Lock result
+// once it returns.
 func heldWithWaiter(t *testing.T, addr, name string) (holder *lock.Mutex, h *lock.Hold, waiter *lock.Mutex, acquired <-chan error) {
 	t.Helper()
-	c := lockClient(t, addr)
-	holder, waiter = mustMutex(t, c, name), mustMutex(t, c, name)
+	holder = mustMutex(t, lockClient(t, addr), name)
+	waiter = mustMutex(t, lockClient(t, addr, lock.WithWaiterTimeout(waiterTimeout)), name)
 	ctx := context.Background()
 	h, err := holder.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, waiterTimeout)
 	got := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -49,8 +54,8 @@ func awaitAcquired(t *testing.T, acquired <-chan error, waiter *lock.Mutex) {
 		if err != nil {
 			t.Fatalf("the waiter's Lock: %v", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter was not woken: Lock still waiting 20s after the command")
+	case <-time.After(waiterTimeout / 2):
+		t.Fatal("the waiter was not woken: Lock still waiting 30s after the command")
 	}
 	st, err := waiter.Inspect(context.Background(), 1)
 	if err != nil || st.CountOf(waiter.Owner().String()) != 1 {
@@ -79,10 +84,10 @@ func TestAdmin_WakesTheNextWaiter(t *testing.T) {
 					t.Errorf("stdout %q, stderr %q; want %q and no question", r.stdout, r.stderr, want)
 				}
 				awaitAcquired(t, acquired, waiter)
-				// Woken by the release, not by the heartbeat (a third of the
-				// waiter timeout, 10s by default).
-				if took := time.Since(start); took > 5*time.Second {
-					t.Errorf("the waiter took %v to get the lock", took)
+				// Woken by the command, not by its next heartbeat (20s) or
+				// the end of the holder's lease (30s).
+				if took := time.Since(start); took > waiterTimeout/6 {
+					t.Errorf("the waiter took %v to get the lock: not woken", took)
 				}
 				_ = h // the holder's hold ends at its next renewal
 				if err := waiter.Unlock(context.Background()); err != nil {
