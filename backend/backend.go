@@ -1,12 +1,17 @@
 // Package backend is the small contract between the fair lock and a Redis
-// client library. An adapter (rueidisbackend, valkeybackend, or your own)
-// implements Backend; package lock depends on nothing else.
+// client library. An adapter (rueidisbackend, valkeybackend, goredisbackend,
+// or your own) implements Backend, and optionally KeyWatcher and
+// ReplicaWaiter; package lock depends on nothing else.
 //
 // A backend runs Lua scripts by SHA-1 (EVALSHA), loading a script when the
 // server answers NOSCRIPT so that a server restart or SCRIPT FLUSH never
-// reaches the caller, and it multiplexes pub/sub channels over one
-// subscription connection per backend. Hub implements the fan-out part of
-// that contract for adapters, so each adapter only moves bytes.
+// reaches the caller, and it hands out pub/sub messages as Subscriptions.
+// Implement Subscribe yourself with NewSubscription, or use pubsub.Hub
+// (package github.com/fairlock/fairlock/backend/pubsub), which multiplexes
+// every channel over one subscription connection, re-dials and
+// re-subscribes after a drop, and keeps Subscribe's ordering promise, so
+// that the adapter only moves bytes; the three adapters in this module
+// use the Hub.
 //
 // Run conformance.Run against a new backend to check it.
 package backend
@@ -82,7 +87,11 @@ type Backend interface {
 	// Subscribe starts delivering wake-ups for channel; it returns once the
 	// server has confirmed the subscription, so a message published after
 	// Subscribe returns is not missed (unless the connection drops, which
-	// is reported as a Reconnect event).
+	// is reported as a Reconnect event). A message published before
+	// Subscribe was called is not delivered to the new Subscription, even
+	// when the channel was already subscribed for someone else and the
+	// message is still on its way; one published while Subscribe runs may
+	// or may not be.
 	Subscribe(ctx context.Context, channel string) (*Subscription, error)
 	// Close releases what the backend opened (its subscription
 	// connection); it does not close a client the caller passed in.

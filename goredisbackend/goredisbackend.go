@@ -36,7 +36,7 @@
 // # Wake-ups
 //
 // Wake-ups arrive on one redis.PubSub at a time per Backend, shared by every
-// channel through backend.Hub, which subscribes and unsubscribes channels
+// channel through pubsub.Hub, which subscribes and unsubscribes channels
 // at run time. Subscribe returns once the server confirmed the channel (the
 // subscribe reply read by the receive loop), not when go-redis wrote the
 // command. go-redis re-dials a PubSub by itself when its connection fails,
@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/backend/pubsub"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,7 +88,7 @@ import (
 type Backend struct {
 	client  redis.UniversalClient
 	scripts sync.Map // SHA1 -> *redis.Script
-	hub     *backend.Hub
+	hub     *pubsub.Hub
 }
 
 var (
@@ -100,7 +101,7 @@ var (
 // the client.
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
-	b.hub = backend.NewHub(b.dial)
+	b.hub = pubsub.NewHub(b.dial)
 	return b
 }
 

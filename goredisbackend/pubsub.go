@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/backend/pubsub"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +28,7 @@ var errReconnected = errors.New("goredisbackend: the PubSub reconnected by itsel
 
 // dial opens a subscription connection: a new redis.PubSub, up and
 // answering (a PING was answered) when dial returns.
-func (b *Backend) dial(ctx context.Context, sink backend.Sink) (backend.PubSubConn, <-chan error, error) {
+func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
 	if _, ok := b.client.(*redis.Ring); ok {
 		// A Ring would pick the subscription's shard by channel name.
 		return nil, nil, fmt.Errorf("%w: subscriptions on a redis.Ring", backend.ErrNotSupported)
@@ -66,10 +67,10 @@ func (b *Backend) dial(ctx context.Context, sink backend.Sink) (backend.PubSubCo
 	}
 }
 
-// pubSubConn is one redis.PubSub with its receive loop: backend.PubSubConn.
+// pubSubConn is one redis.PubSub with its receive loop: pubsub.Conn.
 type pubSubConn struct {
 	ps   *redis.PubSub
-	sink backend.Sink
+	sink pubsub.Sink
 	wg   sync.WaitGroup // receive and check
 
 	heard atomic.Int64  // when something was last read, in Unix ns

@@ -26,13 +26,14 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/backend/pubsub"
 	"github.com/redis/rueidis"
 )
 
 // Backend implements backend.Backend on a rueidis.Client.
 type Backend struct {
 	client  rueidis.Client
-	hub     *backend.Hub
+	hub     *pubsub.Hub
 	scripts sync.Map // SHA1 -> *rueidis.Lua
 }
 
@@ -46,7 +47,7 @@ var (
 // the client.
 func New(client rueidis.Client) *Backend {
 	b := &Backend{client: client}
-	b.hub = backend.NewHub(b.dial)
+	b.hub = pubsub.NewHub(b.dial)
 	return b
 }
 
@@ -124,7 +125,7 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 // Close closes the subscription connection. It does not close the client.
 func (b *Backend) Close() error { return b.hub.Close() }
 
-func (b *Backend) dial(ctx context.Context, sink backend.Sink) (backend.PubSubConn, <-chan error, error) {
+func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
 	dc, _ := b.client.Dedicate()
 	dc.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
@@ -157,15 +158,19 @@ type pubSubConn struct {
 	cluster bool
 }
 
+// Subscribe implements pubsub.Conn: the client resolves a SUBSCRIBE when
+// its reader reads the confirmation, after running the message hook for
+// every message read before it.
 func (c pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	return c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error()
 }
 
+// Unsubscribe implements pubsub.Conn.
 func (c pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
 	return c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error()
 }
 
-// Track implements backend.KeyTracker with the tracking (OPTIN) the client
+// Track implements pubsub.KeyTracker with the tracking (OPTIN) the client
 // turns on for every connection unless DisableCache is set: CLIENT CACHING
 // YES makes the server track the EXISTS that follows. A cluster client's
 // dedicated connection is bound to one node, so it tracks nothing.

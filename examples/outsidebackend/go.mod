@@ -10,7 +10,7 @@ require (
 require (
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )
 
 replace github.com/fairlock/fairlock => ../..

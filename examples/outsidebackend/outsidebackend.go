@@ -3,14 +3,18 @@
 // packages, and its test runs the conformance suite against real Redis
 // servers from package redistest.
 //
-// To stay tiny it hands the work to rueidisbackend; a real adapter would
-// talk to its own client here (see backend.Hub for the pub/sub part).
+// To stay small it hands scripts to rueidisbackend. Its pub/sub is its own,
+// as an adapter for another client would write it: a pubsub.Hub over a
+// Dialer that opens one dedicated rueidis connection and passes what it
+// reads to the Hub. (An adapter can also build its Subscriptions itself,
+// with backend.NewSubscription.)
 package outsidebackend
 
 import (
 	"context"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/backend/pubsub"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
 )
@@ -19,8 +23,9 @@ import (
 // skips, saying so, the cases that need backend.KeyWatcher or
 // backend.ReplicaWaiter.
 type Backend struct {
-	client rueidis.Client
-	inner  *rueidisbackend.Backend
+	client  rueidis.Client
+	scripts *rueidisbackend.Backend
+	hub     *pubsub.Hub
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -31,28 +36,60 @@ func Dial(addr string) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{client: client, inner: rueidisbackend.New(client)}, nil
+	b := &Backend{client: client, scripts: rueidisbackend.New(client)}
+	b.hub = pubsub.NewHub(b.dial)
+	return b, nil
 }
 
 // Eval implements backend.Backend.
 func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	return b.inner.Eval(ctx, s, keys, args)
+	return b.scripts.Eval(ctx, s, keys, args)
 }
 
 // EvalBatch implements backend.Backend.
 func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend.Result {
-	return b.inner.EvalBatch(ctx, calls)
+	return b.scripts.EvalBatch(ctx, calls)
 }
 
-// Subscribe implements backend.Backend.
+// Subscribe implements backend.Backend with the Hub.
 func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
-	return b.inner.Subscribe(ctx, channel)
+	return b.hub.Subscribe(ctx, channel)
 }
 
 // Close implements backend.Backend; it also closes the client, which this
 // backend opened.
 func (b *Backend) Close() error {
-	err := b.inner.Close()
+	err := b.hub.Close()
+	b.scripts.Close()
 	b.client.Close()
 	return err
 }
+
+// dial is the Hub's Dialer: a dedicated connection whose reader passes
+// messages to sink, in the order read, and reports the connection's end.
+func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
+	dc, _ := b.client.Dedicate()
+	done := dc.SetPubSubHooks(rueidis.PubSubHooks{
+		OnMessage: func(m rueidis.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
+	})
+	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
+		dc.Close()
+		return nil, nil, err
+	}
+	return conn{dc}, done, nil
+}
+
+// conn implements pubsub.Conn. rueidis resolves a SUBSCRIBE when its
+// reader reads the confirmation, after running OnMessage for every message
+// read before it: the order the Hub relies on.
+type conn struct{ dc rueidis.DedicatedClient }
+
+func (c conn) Subscribe(ctx context.Context, channels ...string) error {
+	return c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error()
+}
+
+func (c conn) Unsubscribe(ctx context.Context, channels ...string) error {
+	return c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error()
+}
+
+func (c conn) Close() { c.dc.Close() }

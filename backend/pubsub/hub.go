@@ -1,0 +1,400 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// Sink receives what arrives on a subscription connection. Hub implements
+// it; an adapter's reader goroutine calls it, one call at a time in the
+// order the connection read the messages, and its methods never block.
+type Sink interface {
+	// Deliver passes on a message published on channel.
+	Deliver(channel, payload string)
+	// Invalidate passes on an invalidation of keys (nil: every key, as
+	// after a reconnect).
+	Invalidate(keys []string)
+}
+
+// Conn is one subscription connection opened by an adapter.
+type Conn interface {
+	// Subscribe sends SUBSCRIBE for the channels, also for a channel this
+	// connection has subscribed already, and returns once the reader has
+	// read the server's confirmation, after passing every message read
+	// before it to the Sink. An error leaves it unknown whether the server
+	// subscribed.
+	Subscribe(ctx context.Context, channels ...string) error
+	// Unsubscribe sends UNSUBSCRIBE for the channels; it need not wait for
+	// the confirmation.
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Close closes the connection.
+	Close()
+}
+
+// KeyTracker is implemented by a Conn that can track keys with client-side
+// caching (Hub.WatchKey).
+type KeyTracker interface {
+	// Track makes the server report key's next change on this connection
+	// (as an invalidation passed to Sink.Invalidate), and reports whether
+	// the key exists now. It returns backend.ErrNotSupported when tracking
+	// is off.
+	Track(ctx context.Context, key string) (exists bool, err error)
+}
+
+// Dialer opens a subscription connection. The adapter passes what arrives
+// on it to sink (from its reader goroutine) and reports the connection's
+// end on the returned channel, which must receive at most one error and
+// then be closed.
+type Dialer func(ctx context.Context, sink Sink) (Conn, <-chan error, error)
+
+// Hub multiplexes any number of Subscriptions over one Conn, and re-dials
+// and re-subscribes after the connection drops. Adapters build one Hub per
+// Backend; it is safe for concurrent use.
+type Hub struct {
+	dial Dialer
+
+	// wire is a one-slot semaphore that serialises dialing and
+	// SUBSCRIBE/UNSUBSCRIBE, so they reach the server in order; a channel
+	// rather than a mutex, so that a caller can stop waiting for it when
+	// its context ends. It guards conn and closed.
+	wire   chan struct{}
+	conn   Conn
+	closed bool
+
+	mu   sync.Mutex // guards subs and keys; never held while talking to the server
+	subs listeners  // by channel: Subscriptions armed by a confirmed SUBSCRIBE
+	keys listeners  // by key: key watches
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// listeners holds, by channel or key, the Subscriptions and the function
+// that delivers to each.
+type listeners map[string]map[*backend.Subscription]func(backend.Event)
+
+// NewHub returns a Hub that opens its connection with dial on first use.
+func NewHub(dial Dialer) *Hub {
+	return &Hub{
+		dial: dial,
+		wire: make(chan struct{}, 1),
+		subs: make(listeners),
+		keys: make(listeners),
+		stop: make(chan struct{}),
+	}
+}
+
+// unsubscribeTimeout bounds the UNSUBSCRIBE sent by Subscription.Close.
+const unsubscribeTimeout = 5 * time.Second
+
+// lockWire takes the wire, or gives up when ctx ends first.
+func (h *Hub) lockWire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case h.wire <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lockWireNoCtx takes the wire, for the work that has no caller to answer
+// to (closing, re-dialing).
+func (h *Hub) lockWireNoCtx() { h.wire <- struct{}{} }
+
+func (h *Hub) unlockWire() { <-h.wire }
+
+// Subscribe implements backend.Backend.Subscribe, with the ordering the
+// package documentation describes. While another Subscribe or a re-dial
+// holds the connection, it waits at most until ctx ends.
+func (h *Hub) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if err := h.lockWire(ctx); err != nil {
+		return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
+	}
+	defer h.unlockWire()
+	if h.closed {
+		return nil, backend.ErrClosed
+	}
+	if err := h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, channel) }); err != nil {
+		// The SUBSCRIBE may have reached the server before ctx ended or
+		// the reply was lost: take it back, or the server keeps the
+		// channel - unless others listen to it.
+		if !h.listened(channel) && h.conn != nil {
+			h.unsubscribeLocked(channel)
+		}
+		return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
+	}
+	// Armed only now: everything the reader passed on before the
+	// confirmation was published before this call.
+	var s *backend.Subscription
+	s, deliver := backend.NewSubscription(channel, func() { h.unsubscribe(s) })
+	h.add(h.subs, s, deliver)
+	return s, nil
+}
+
+// listened reports whether a Subscription listens to channel.
+func (h *Hub) listened(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs[channel]) > 0
+}
+
+// unsubscribe stops delivery to s at once, then sends UNSUBSCRIBE when it
+// was the channel's last Subscription and no other has armed meanwhile.
+func (h *Hub) unsubscribe(s *backend.Subscription) {
+	if !h.drop(h.subs, s) {
+		return
+	}
+	h.lockWireNoCtx()
+	defer h.unlockWire()
+	if h.conn != nil && !h.listened(s.Channel()) {
+		h.unsubscribeLocked(s.Channel())
+	}
+}
+
+// unsubscribeLocked sends UNSUBSCRIBE, bounded by unsubscribeTimeout. An
+// error means the connection is going away; the re-subscribe after
+// reconnecting uses the current channel set, without this one. The caller
+// holds the wire.
+func (h *Hub) unsubscribeLocked(channel string) {
+	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+	defer cancel()
+	_ = h.conn.Unsubscribe(ctx, channel)
+}
+
+// WatchKey implements backend.KeyWatcher when the adapter's Conn
+// implements KeyTracker; otherwise it returns backend.ErrNotSupported.
+// While another call holds the connection, it waits at most until ctx
+// ends.
+func (h *Hub) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	if err := h.lockWire(ctx); err != nil {
+		return nil, fmt.Errorf("pubsub: watch key %q: %w", key, err)
+	}
+	defer h.unlockWire()
+	if h.closed {
+		return nil, backend.ErrClosed
+	}
+	var s *backend.Subscription
+	s, deliver := backend.NewSubscription(key, func() { h.drop(h.keys, s) })
+	// Registered before tracking starts, so no invalidation slips past.
+	h.add(h.keys, s, deliver)
+	var exists bool
+	err := h.onConn(ctx, func(c Conn) error {
+		tracker, ok := c.(KeyTracker)
+		if !ok {
+			return backend.ErrNotSupported
+		}
+		var err error
+		exists, err = tracker.Track(ctx, key)
+		return err
+	})
+	if err != nil {
+		h.drop(h.keys, s)
+		return nil, err
+	}
+	if !exists {
+		deliver(backend.Event{})
+	}
+	return s, nil
+}
+
+// onConn runs do on the connection, dialing one first if needed. When do
+// fails for another reason than ctx or ErrNotSupported, the connection may
+// have died without telling us yet (the server restarted): it is replaced
+// once - the new one subscribes every channel - and do runs again. The
+// caller holds the wire.
+func (h *Hub) onConn(ctx context.Context, do func(Conn) error) error {
+	if h.closed {
+		return backend.ErrClosed
+	}
+	if err := h.connectLocked(ctx); err != nil {
+		return err
+	}
+	err := do(h.conn)
+	if err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrNotSupported) {
+		return err
+	}
+	h.conn.Close()
+	h.conn = nil
+	if err := h.connectLocked(ctx); err != nil {
+		return err
+	}
+	return do(h.conn)
+}
+
+// add puts s, delivered to by deliver, in m under its name.
+func (h *Hub) add(m listeners, s *backend.Subscription, deliver func(backend.Event)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := m[s.Channel()]
+	if set == nil {
+		set = make(map[*backend.Subscription]func(backend.Event))
+		m[s.Channel()] = set
+	}
+	set[s] = deliver
+}
+
+// drop takes s out of m and reports whether it was there.
+func (h *Hub) drop(m listeners, s *backend.Subscription) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set, ok := m[s.Channel()]
+	if !ok {
+		return false
+	}
+	if _, ok := set[s]; !ok {
+		return false
+	}
+	delete(set, s)
+	if len(set) == 0 {
+		delete(m, s.Channel())
+	}
+	return true
+}
+
+// Deliver implements Sink: it hands a message to the channel's
+// Subscriptions without blocking.
+func (h *Hub) Deliver(channel, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, deliver := range h.subs[channel] {
+		deliver(backend.Event{Payload: payload})
+	}
+}
+
+// Invalidate implements Sink: it wakes the watches of keys (all of them
+// for nil) and forgets them, since the server reports a tracked key once.
+func (h *Hub) Invalidate(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if keys == nil {
+		for k := range h.keys {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		for _, deliver := range h.keys[k] {
+			deliver(backend.Event{})
+		}
+		delete(h.keys, k)
+	}
+}
+
+func (h *Hub) broadcastReconnect() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range []listeners{h.subs, h.keys} {
+		for _, set := range m {
+			for _, deliver := range set {
+				deliver(backend.Event{Reconnect: true})
+			}
+		}
+	}
+}
+
+func (h *Hub) channels() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.subs))
+	for c := range h.subs {
+		out = append(out, c)
+	}
+	return out
+}
+
+// connectLocked dials when there is no connection and subscribes to every
+// channel that has Subscriptions. The caller holds the wire.
+func (h *Hub) connectLocked(ctx context.Context) error {
+	if h.conn != nil {
+		return nil
+	}
+	conn, done, err := h.dial(ctx, h)
+	if err != nil {
+		return fmt.Errorf("pubsub: open subscription connection: %w", err)
+	}
+	if chans := h.channels(); len(chans) > 0 {
+		if err := conn.Subscribe(ctx, chans...); err != nil {
+			conn.Close()
+			return fmt.Errorf("pubsub: re-subscribe: %w", err)
+		}
+	}
+	h.conn = conn
+	h.wg.Add(1)
+	go h.watch(conn, done)
+	return nil
+}
+
+// Reconnect back-off bounds.
+const (
+	minRedial = 20 * time.Millisecond
+	maxRedial = 2 * time.Second
+)
+
+// watch waits for conn to end, tells every Subscription to re-check, then
+// re-dials until it succeeds or the hub closes, and tells them again.
+func (h *Hub) watch(conn Conn, done <-chan error) {
+	defer h.wg.Done()
+	select {
+	case <-done:
+	case <-h.stop:
+		return
+	}
+	h.lockWireNoCtx()
+	if h.conn == conn {
+		h.conn = nil
+	}
+	h.unlockWire()
+	conn.Close()
+	h.broadcastReconnect()
+	delay := minRedial
+	for {
+		h.lockWireNoCtx()
+		if h.closed {
+			h.unlockWire()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), maxRedial+time.Second)
+		err := h.connectLocked(ctx)
+		cancel()
+		h.unlockWire()
+		if err == nil {
+			h.broadcastReconnect()
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-h.stop:
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, maxRedial)
+	}
+}
+
+// Close closes the connection and stops re-dialing; Subscribe then returns
+// backend.ErrClosed. Open Subscriptions stop receiving events.
+func (h *Hub) Close() error {
+	h.lockWireNoCtx()
+	if h.closed {
+		h.unlockWire()
+		return nil
+	}
+	h.closed = true
+	close(h.stop)
+	conn := h.conn
+	h.conn = nil
+	h.unlockWire()
+	if conn != nil {
+		conn.Close()
+	}
+	h.wg.Wait()
+	return nil
+}

@@ -1,0 +1,120 @@
+package backend_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// TestNewSubscriptionWithoutHub: an adapter builds a Subscription itself;
+// it delivers, coalesces, and runs the adapter's stop once.
+func TestNewSubscriptionWithoutHub(t *testing.T) {
+	stops := 0
+	s, deliver := backend.NewSubscription("ch", func() { stops++ })
+	if s.Channel() != "ch" {
+		t.Errorf("Channel = %q, want ch", s.Channel())
+	}
+	select {
+	case e := <-s.Events():
+		t.Fatalf("event %+v before any delivery", e)
+	default:
+	}
+	deliver(backend.Event{Payload: "0"})
+	deliver(backend.Event{Reconnect: true}) // coalesced: one is pending
+	if e := <-s.Events(); e.Payload != "0" || e.Reconnect {
+		t.Errorf("event %+v, want the first delivered", e)
+	}
+	select {
+	case e := <-s.Events():
+		t.Errorf("second event %+v, want it coalesced away", e)
+	default:
+	}
+	deliver(backend.Event{Reconnect: true})
+	if e := <-s.Events(); !e.Reconnect {
+		t.Errorf("event %+v, want a Reconnect", e)
+	}
+	s.Close()
+	s.Close()
+	if stops != 1 {
+		t.Errorf("stop ran %d times, want 1", stops)
+	}
+	deliver(backend.Event{Payload: "late"}) // after Close: must not block or panic
+}
+
+// TestNewSubscriptionNilStop: a nil stop is allowed.
+func TestNewSubscriptionNilStop(t *testing.T) {
+	s, _ := backend.NewSubscription("ch", nil)
+	s.Close()
+}
+
+// TestNewSubscriptionConcurrentDelivery: deliver may be called from any
+// goroutine while the receiver reads and closes.
+func TestNewSubscriptionConcurrentDelivery(t *testing.T) {
+	s, deliver := backend.NewSubscription("ch", nil)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 1000 {
+				deliver(backend.Event{Payload: "0"})
+			}
+		})
+	}
+	delivered := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(delivered)
+	}()
+	received := 0
+	for done := false; !done; {
+		select {
+		case <-s.Events():
+			received++
+		case <-delivered:
+			done = true
+		}
+	}
+	s.Close()
+	if received > 4000 {
+		t.Errorf("received %d events, more than the 4000 delivered", received)
+	}
+}
+
+// An adapter that does not use pubsub.Hub implements Subscribe with
+// NewSubscription: it keeps each Subscription's deliver function for its
+// reader, and forgets it in stop.
+func ExampleNewSubscription() {
+	var (
+		mu    sync.Mutex
+		subs  = map[*backend.Subscription]func(backend.Event){}
+		reads = func(channel, payload string) { // the adapter's reader
+			mu.Lock()
+			defer mu.Unlock()
+			for s, deliver := range subs {
+				if s.Channel() == channel {
+					deliver(backend.Event{Payload: payload})
+				}
+			}
+		}
+	)
+	subscribe := func(channel string) *backend.Subscription {
+		var s *backend.Subscription
+		s, deliver := backend.NewSubscription(channel, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			delete(subs, s) // and UNSUBSCRIBE when it was the last
+		})
+		// SUBSCRIBE here, and register once the server confirmed it.
+		mu.Lock()
+		subs[s] = deliver
+		mu.Unlock()
+		return s
+	}
+
+	s := subscribe("redisson_lock__channel:{orders}")
+	reads("redisson_lock__channel:{orders}", "0")
+	fmt.Printf("%+v\n", <-s.Events())
+	s.Close()
+	// Output: {Payload:0 Reconnect:false}
+}
