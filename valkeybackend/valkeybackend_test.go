@@ -19,14 +19,14 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceCluster runs the suite on a three-primary Redis Cluster
-// through valkey-go' cluster client: every key of a lock shares a slot, and
+// through valkey-go's cluster client: every key of a lock shares a slot, and
 // wake-ups published on one node reach the subscription on another.
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	conformance.Run(t, backendtest.Valkey(valkey.ClientOption{InitAddress: cluster.Addrs()}))
 }
 
-// TestConformanceSentinel runs the suite through valkey-go' sentinel client:
+// TestConformanceSentinel runs the suite through valkey-go's sentinel client:
 // a primary with one replica, found through Redis Sentinel.
 func TestConformanceSentinel(t *testing.T) {
 	primary := redistest.Start(t)
