@@ -284,6 +284,12 @@ func (s *server) openGoRedis() (*endpoint, error) {
 	defer cancel()
 	var rc redis.UniversalClient = redis.NewClient(opt)
 	info, err := rc.Info(ctx, "cluster").Result()
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		// A server without INFO cluster (miniredis, some proxies) is no
+		// cluster node: a PING checks it.
+		info, err = "", rc.Ping(ctx).Err()
+	}
 	if err != nil {
 		_ = rc.Close()
 		return nil, err

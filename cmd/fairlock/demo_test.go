@@ -133,6 +133,16 @@ func TestDemo_EmbeddedServer(t *testing.T) {
 		t.Errorf("server %q embedded %v backend %q tracking %v", rep.Server, rep.Embedded, rep.Backend, rep.Tracking)
 	}
 	checkGoodDemo(t, rep, 4, 300*time.Millisecond)
+
+	// go-redis too (miniredis has no INFO cluster).
+	r = runCLI(t, nil, "demo", "--json", "--workers", "3", "--hold", "20ms", "--lease", "300ms", "--backend", "goredis")
+	if r.code != exitOK {
+		t.Fatalf("goredis: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	if rep = decodeDemo(t, r.stdout); rep.Backend != "goredis" {
+		t.Errorf("backend %q, want goredis", rep.Backend)
+	}
+	checkGoodDemo(t, rep, 3, 300*time.Millisecond)
 }
 
 // The live table and the summary, read as a person would.

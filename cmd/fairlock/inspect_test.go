@@ -263,6 +263,19 @@ func TestInspect_WatchAndFreeLock(t *testing.T) {
 	if r.code != exitOK || strings.Count(r.stdout, `lock "nothing"`) != 2 || !strings.Contains(r.stdout, `no keys for "nothing"`) {
 		t.Errorf("exit %d, output:\n%s", r.code, r.stdout)
 	}
+	// A free lock that was used keeps its fencing counter: free, not
+	// without keys.
+	m := mustMutex(t, lockClient(t, s.addr), "used")
+	if _, err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, nil, "inspect", "used", "--addr", s.addr)
+	if r.code != exitOK || !strings.Contains(r.stdout, "none (free)") || strings.Contains(r.stdout, "no keys") {
+		t.Errorf("used free lock: exit %d, output:\n%s", r.code, r.stdout)
+	}
 	// A name whose keys would hash to different cluster slots.
 	if r = runCLI(t, nil, "inspect", "a{}b", "--addr", s.addr); r.code != exitUsage || !strings.Contains(r.stderr, "invalid lock name") {
 		t.Errorf("bad name: exit %d, stderr %q", r.code, r.stderr)
