@@ -78,15 +78,19 @@ func WithReplica(r Server) Option { return func(c *config) { c.replica = r } }
 // in the many-owners case); values below 1 are taken as 1.
 func WithScale(n int) Option { return func(c *config) { c.scale = max(n, 1) } }
 
-// testCase is one subtest.
+// testCase is one subtest that runs in parallel with the others.
 type testCase struct {
+	// name is the subtest's name, led by the code of the rule it checks
+	// (RULES.md).
 	name string
 	run  func(t *testing.T, s *suite)
 }
 
-// sequentialCase is a subtest that runs alone.
+// sequentialCase is a subtest that runs alone, after the parallel ones.
 type sequentialCase struct {
-	testCase
+	// name is the subtest's name, led by the code of the rule it checks.
+	name string
+	run  func(t *testing.T, s *suite)
 	// needsServer: the case uses the Server hooks (WithServer).
 	needsServer bool
 	// needsReplica: the case pauses a replica (WithReplica).

@@ -27,9 +27,9 @@ func TestCrossAdapterTracesMatch(t *testing.T) {
 		name    string
 		factory conformance.Factory
 	}{
-		{"rueidis", backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})},
-		{"valkey-go", backendtest.Valkey(valkey.ClientOption{InitAddress: []string{srv.Addr()}})},
-		{"go-redis", backendtest.GoRedis(redis.UniversalOptions{Addrs: []string{srv.Addr()}})},
+		{name: "rueidis", factory: backendtest.Rueidis(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})},
+		{name: "valkey-go", factory: backendtest.Valkey(valkey.ClientOption{InitAddress: []string{srv.Addr()}})},
+		{name: "go-redis", factory: backendtest.GoRedis(redis.UniversalOptions{Addrs: []string{srv.Addr()}})},
 	}
 	for _, seed := range crossSeeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {

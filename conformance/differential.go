@@ -37,7 +37,7 @@ import (
 // The same plan also drives a reference model of a fair reentrant lock
 // (planTrace), which yields the trace a correct implementation records, so
 // one backend is checked against the model and two backends against each
-// other (RecordTrace).
+// other (recordTrace).
 
 const (
 	traceOwners = 4
@@ -312,13 +312,13 @@ func planTrace(seed int64, steps int) ([]traceStep, []string) {
 }
 
 // modelTrace returns the trace a correct fair reentrant lock records for
-// RecordTrace(t, f, seed, steps).
+// recordTrace(t, f, seed, steps).
 func modelTrace(seed int64, steps int) []string {
 	_, want := planTrace(seed, steps)
 	return want
 }
 
-// RecordTrace runs the seeded differential workload - steps operations
+// recordTrace runs the seeded differential workload - steps operations
 // (Lock, re-entrant Lock, TryLock with a wait, TryLockOnce, Unlock,
 // ForceUnlock, Lock with a cancelled context, cancelling a waiting Lock)
 // by four owners on two new locks - on backends from newBackend, then
@@ -330,7 +330,7 @@ func modelTrace(seed int64, steps int) []string {
 // on seed and steps: two correct backends record identical traces, and
 // comparing them is the differential check. It fails t only when the
 // server cannot be read; misbehaviour shows in the trace.
-func RecordTrace(t *testing.T, newBackend Factory, seed int64, steps int) []string {
+func recordTrace(t *testing.T, newBackend Factory, seed int64, steps int) []string {
 	t.Helper()
 	plan, _ := planTrace(seed, steps)
 	r := newTraceRun(t, newBackend)
@@ -344,9 +344,9 @@ func RecordTrace(t *testing.T, newBackend Factory, seed int64, steps int) []stri
 	return trace
 }
 
-// TraceDiff returns "" when the traces are equal, else a description of the
+// traceDiff returns "" when the traces are equal, else a description of the
 // first line where they differ.
-func TraceDiff(want, got []string) string {
+func traceDiff(want, got []string) string {
 	for i := range max(len(want), len(got)) {
 		var w, g string
 		if i < len(want) {

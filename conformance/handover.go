@@ -14,8 +14,8 @@ import (
 // anyone believe it holds.
 func handOverCases() []testCase {
 	return []testCase{
-		{"B4_HandOverInOneMessage", testB4OneMessage},
-		{"X12_StaleGrantMessageGrantsNothing", testX12StaleGrant},
+		{name: "B4_HandOverInOneMessage", run: testB4OneMessage},
+		{name: "X12_StaleGrantMessageGrantsNothing", run: testX12StaleGrant},
 	}
 }
 

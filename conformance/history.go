@@ -11,8 +11,8 @@ import (
 // historyCases are the randomized differential and linearizability cases.
 func historyCases() []testCase {
 	return append([]testCase{
-		{"Differential_TraceMatchesModel", testDifferentialTraceMatchesModel},
-		{"Linearizability_FairReentrantLock", testLinearizabilityFairReentrantLock},
+		{name: "Differential_TraceMatchesModel", run: testDifferentialTraceMatchesModel},
+		{name: "Linearizability_FairReentrantLock", run: testLinearizabilityFairReentrantLock},
 	}, historyRegressionCases()...)
 }
 
@@ -23,15 +23,15 @@ var historySeeds = []int64{1, 2, 3}
 const historySteps = 120
 
 // testDifferentialTraceMatchesModel runs the seeded differential workload
-// (see RecordTrace) and checks every step against the reference model of a
+// (see recordTrace) and checks every step against the reference model of a
 // fair reentrant lock: results, grants to waiters in FIFO order, hold
 // counts, queue contents and fencing tokens (B1-B4, B7, B8, X5, X6, X10).
 func testDifferentialTraceMatchesModel(t *testing.T, s *suite) {
 	for _, seed := range historySeeds {
 		start := time.Now()
-		got := RecordTrace(t, s.newBackend, seed, historySteps)
+		got := recordTrace(t, s.newBackend, seed, historySteps)
 		t.Logf("seed %d: %d steps in %v", seed, len(got), time.Since(start).Round(time.Millisecond))
-		if d := TraceDiff(modelTrace(seed, historySteps), got); d != "" {
+		if d := traceDiff(modelTrace(seed, historySteps), got); d != "" {
 			t.Errorf("seed %d: trace differs from the model's\n%s", seed, d)
 		}
 	}

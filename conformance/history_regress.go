@@ -16,8 +16,8 @@ import (
 // that holds back a request or a reply until the racing party has moved.
 func historyRegressionCases() []testCase {
 	return []testCase{
-		{"X7_ForceUnlockRacingOwnGrantKeepsNewHold", testForceUnlockRacingOwnGrant},
-		{"X5_AcquireLandingAfterCancelLeavesNoTrace", testAcquireLandingAfterCancel},
+		{name: "X7_ForceUnlockRacingOwnGrantKeepsNewHold", run: testForceUnlockRacingOwnGrant},
+		{name: "X5_AcquireLandingAfterCancelLeavesNoTrace", run: testAcquireLandingAfterCancel},
 	}
 }
 

@@ -19,15 +19,15 @@ import (
 // Each case guards one way that went wrong before.
 func lifecycleCases() []testCase {
 	return []testCase{
-		{"X12_PartitionedHolderKnowsBeforeTheServerExpires", testX12Partitioned},
-		{"X12_InnerUnlockKeepsTheHoldAsLongAsTheServer", testX12InnerUnlock},
-		{"X12_LeftoverCountIsNeverReentered", testX12Leftover},
-		{"X12_ReentryWithLeaseKeepsTheWatchdog", testX12ReentryWithLease},
-		{"X12_SharedMutexNoFalseLoss", testX12SharedMutex},
-		{"X13_FailedUnlockFreesWithinOneLease", testX13FailedUnlock},
-		{"X13_UnlockRetryAfterTheLatchNeverReleasesTwice", testX13LateRetry},
-		{"X14_LostAcquireReplyIsRetriedNotDoubled", testX14LostReplyRetried},
-		{"X5_CloseDuringAcquireGivesTheGrantBack", testX5CloseDuringAcquire},
+		{name: "X12_PartitionedHolderKnowsBeforeTheServerExpires", run: testX12Partitioned},
+		{name: "X12_InnerUnlockKeepsTheHoldAsLongAsTheServer", run: testX12InnerUnlock},
+		{name: "X12_LeftoverCountIsNeverReentered", run: testX12Leftover},
+		{name: "X12_ReentryWithLeaseKeepsTheWatchdog", run: testX12ReentryWithLease},
+		{name: "X12_SharedMutexNoFalseLoss", run: testX12SharedMutex},
+		{name: "X13_FailedUnlockFreesWithinOneLease", run: testX13FailedUnlock},
+		{name: "X13_UnlockRetryAfterTheLatchNeverReleasesTwice", run: testX13LateRetry},
+		{name: "X14_LostAcquireReplyIsRetriedNotDoubled", run: testX14LostReplyRetried},
+		{name: "X5_CloseDuringAcquireGivesTheGrantBack", run: testX5CloseDuringAcquire},
 	}
 }
 
@@ -307,18 +307,18 @@ const sharedMutexDuration = 2 * time.Second
 // unlock it over and over; no hold may end as lost while the server held
 // it.
 func testX12SharedMutex(t *testing.T, s *suite) {
-	holds, lost, ops := SharedMutexStorm(t, s.newProc(t).mutex(t, lockName(t)), 8, sharedMutexDuration)
+	holds, lost, ops := sharedMutexStorm(t, s.newProc(t).mutex(t, lockName(t)), 8, sharedMutexDuration)
 	if lost > 0 {
 		t.Errorf("%d of %d holds ended as lost in %d operations by goroutines sharing a Mutex", lost, holds, ops)
 	}
 	t.Logf("%d holds, %d operations, %d false losses", holds, ops, lost)
 }
 
-// SharedMutexStorm makes workers goroutines lock and unlock m (one owner)
+// sharedMutexStorm makes workers goroutines lock and unlock m (one owner)
 // for d, and returns how many distinct holds they saw, how many ended as
 // lost (ErrLockLost: none should, nothing took the lock away) and how many
 // Lock and Unlock calls completed.
-func SharedMutexStorm(t testing.TB, m *lock.Mutex, workers int, d time.Duration) (holds, lost, ops int) {
+func sharedMutexStorm(t testing.TB, m *lock.Mutex, workers int, d time.Duration) (holds, lost, ops int) {
 	var (
 		mu   sync.Mutex
 		seen = map[*lock.Hold]bool{}

@@ -28,43 +28,43 @@ func TestLinearizabilityModel(t *testing.T) {
 		history []porcupine.Operation
 		want    porcupine.CheckResult
 	}{
-		{"one holder at a time", []porcupine.Operation{
+		{name: "one holder at a time", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 5, 15, linOutput{result: linQueued, pos: 1}),
 			linOp(0, unlock(0), 20, 30, linOutput{result: linReleased}),
 			linOp(1, grantOf(1), 15, 40, acquiredOut(1, 2)),
-		}, porcupine.Ok},
-		{"two simultaneous holders", []porcupine.Operation{
+		}, want: porcupine.Ok},
+		{name: "two simultaneous holders", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, acquiredOut(1, 2)),
-		}, porcupine.Illegal},
-		{"inspect sees two holders", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "inspect sees two holders", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(2, inspect, 20, 30, linOutput{result: linObserved, holder: linStranger, count: 1, token: 1}),
-		}, porcupine.Illegal},
-		{"waiters granted out of queue order", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "waiters granted out of queue order", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 			linOp(2, joinOf(2), 40, 50, linOutput{result: linQueued, pos: 2}),
 			linOp(0, unlock(0), 60, 70, linOutput{result: linReleased}),
 			linOp(2, grantOf(2), 50, 80, acquiredOut(1, 2)),
-		}, porcupine.Illegal},
-		{"re-entry counts", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "re-entry counts", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(0, joinOf(0), 20, 30, acquiredOut(2, 1)),
 			linOp(0, unlock(0), 40, 50, linOutput{result: linReleased, count: 1}),
 			linOp(1, linInput{kind: linJoin, owner: 1, once: true}, 60, 70, linOutput{result: linRefused}),
-		}, porcupine.Ok},
-		{"unlock by a non-holder succeeds", []porcupine.Operation{
+		}, want: porcupine.Ok},
+		{name: "unlock by a non-holder succeeds", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, unlock(1), 20, 30, linOutput{result: linReleased}),
-		}, porcupine.Illegal},
-		{"token goes back", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "token goes back", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 5)),
 			linOp(0, unlock(0), 20, 30, linOutput{result: linReleased}),
 			linOp(1, joinOf(1), 40, 50, acquiredOut(1, 4)),
-		}, porcupine.Illegal},
-		{"lost acquire reply: a moment's hold seen, then dropped", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "lost acquire reply: a moment's hold seen, then dropped", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 			linOp(0, unlock(0), 40, 50, linOutput{result: linReleased}),
@@ -73,20 +73,20 @@ func TestLinearizabilityModel(t *testing.T) {
 			linOp(1, linInput{kind: linLeave, owner: 1}, 80, 85, linOutput{result: linLeft}),
 			linOp(1, unlock(1), 86, 90, linOutput{result: linReleased}),
 			linOp(2, inspect, 100, 110, linOutput{result: linObserved, holder: -1, token: 2}),
-		}, porcupine.Ok},
-		{"a waiter holds before the holder released", []porcupine.Operation{
+		}, want: porcupine.Ok},
+		{name: "a waiter holds before the holder released", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 			linOp(2, inspect, 40, 50, linOutput{result: linObserved, holder: 1, count: 1, token: 2}),
 			linOp(0, unlock(0), 60, 70, linOutput{result: linReleased}),
-		}, porcupine.Illegal},
-		{"the release hands the lock to the head (one-message hand-over)", []porcupine.Operation{
+		}, want: porcupine.Illegal},
+		{name: "the release hands the lock to the head (one-message hand-over)", history: []porcupine.Operation{
 			linOp(0, joinOf(0), 0, 10, acquiredOut(1, 1)),
 			linOp(1, joinOf(1), 20, 30, linOutput{result: linQueued, pos: 1}),
 			linOp(0, unlock(0), 40, 50, linOutput{result: linReleased}),
 			linOp(2, inspect, 60, 70, linOutput{result: linObserved, holder: 1, count: 1, token: 2}),
 			linOp(1, grantOf(1), 30, 80, acquiredOut(1, 2)),
-		}, porcupine.Ok},
+		}, want: porcupine.Ok},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,10 +99,10 @@ func TestLinearizabilityModel(t *testing.T) {
 
 func TestModelTraceIsDeterministic(t *testing.T) {
 	a, b := modelTrace(7, 300), modelTrace(7, 300)
-	if d := TraceDiff(a, b); d != "" {
+	if d := traceDiff(a, b); d != "" {
 		t.Fatalf("same seed, different traces:\n%s", d)
 	}
-	if d := TraceDiff(a, modelTrace(8, 300)); d == "" {
+	if d := traceDiff(a, modelTrace(8, 300)); d == "" {
 		t.Error("seeds 7 and 8 gave the same trace")
 	}
 	// The workload must reach the interesting states.

@@ -16,11 +16,11 @@ import (
 // outlives its use (X15).
 func mixedKeyCases() []testCase {
 	return []testCase{
-		{"X11_AnySlackAndJavaWaitKeepGoWaitersInLine", testX11AnySlack},
-		{"X11_DeadGoHeadDelaysRedissonAtMostWaiterTimeout", testX11DeadGoHead},
-		{"X11_DeadGoHeadBehindRedissonHolderIsDroppedByRedisson", testX11DeadGoHeadAfterJava},
-		{"X15_KeysDisappearAfterTheLastOwner", testX15Keys},
-		{"X15_LatchesLiveSeconds", testX15Latches},
+		{name: "X11_AnySlackAndJavaWaitKeepGoWaitersInLine", run: testX11AnySlack},
+		{name: "X11_DeadGoHeadDelaysRedissonAtMostWaiterTimeout", run: testX11DeadGoHead},
+		{name: "X11_DeadGoHeadBehindRedissonHolderIsDroppedByRedisson", run: testX11DeadGoHeadAfterJava},
+		{name: "X15_KeysDisappearAfterTheLastOwner", run: testX15Keys},
+		{name: "X15_LatchesLiveSeconds", run: testX15Latches},
 	}
 }
 

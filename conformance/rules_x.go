@@ -1,0 +1,487 @@
+package conformance
+
+// The parallel X-rule (beyond Redisson) cases of ruleCases, and P2.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock"
+)
+
+func testX1ServerTime(t *testing.T, s *suite) {
+	name := lockName(t)
+	const waiterTimeout = 40 * time.Second
+	holder := s.newProc(t).mutex(t, name)
+	waiter := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
+	mustLock(t, holder)
+	goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, holder, 1)
+	st, err := holder.Inspect(ctxFor(t, eventually), 1)
+	if err != nil || len(st.Queue) != 1 {
+		t.Fatalf("Inspect = %+v, %v", st, err)
+	}
+	// The deadline is the server's now plus the waiter timeout (less the
+	// time since the waiter's last heartbeat).
+	left := st.Queue[0].Deadline.Sub(st.ServerTime)
+	if left > waiterTimeout || left < waiterTimeout-slack {
+		t.Errorf("deadline is %v after the server's now, want about %v", left, waiterTimeout)
+	}
+	mustUnlock(t, holder)
+}
+
+func testX2LongHold(t *testing.T, s *suite) {
+	name := lockName(t)
+	const waiterTimeout = 300 * time.Millisecond
+	holder := s.newProc(t).mutex(t, name)
+	mustLock(t, holder)
+	ms := []*lock.Mutex{
+		s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name),
+		s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name),
+		s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name),
+	}
+	var want []string
+	for _, m := range ms {
+		want = append(want, m.Owner().String())
+	}
+	chans := queueInOrder(t, holder, 0, ms, func(m *lock.Mutex) (*lock.Hold, error) {
+		return m.Lock(ctxFor(t, 60*time.Second))
+	})
+	// Hold for ten waiter timeouts; the queue must never change.
+	end := time.Now().Add(10 * waiterTimeout)
+	for time.Now().Before(end) {
+		st, err := holder.Inspect(ctxFor(t, eventually), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, w := range st.Queue {
+			got = append(got, w.Owner)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("queue changed during a long hold: %v, want %v", got, want)
+		}
+		<-time.After(waiterTimeout / 3) // polling pace
+	}
+	mustUnlock(t, holder)
+	for i, ch := range chans {
+		r := await(t, ch, eventually, fmt.Sprintf("waiter %d", i))
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if i+1 < len(chans) {
+			mustNotArrive(t, chans[i+1], 50*time.Millisecond, "next waiter while the previous holds")
+		}
+		mustUnlock(t, ms[i])
+	}
+}
+
+func testX2CrashedWaiter(t *testing.T, s *suite) {
+	name := lockName(t)
+	const waiterTimeout = 800 * time.Millisecond
+	p := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout))
+	holder := p.mutex(t, name)
+	mustLock(t, holder)
+	// A waiter that queued and then crashed: its entry stops heartbeating.
+	injectWaiter(t, p.b, name, "crashed-client:7", waiterTimeout)
+	next := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
+	ch := goAcquire(func() (*lock.Hold, error) { return next.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, holder, 2)
+	released := time.Now()
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, "waiter behind a crashed one")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if d := r.at.Sub(released); d > waiterTimeout+slack {
+		t.Errorf("the crashed waiter delayed the next by %v, want at most about the waiter timeout %v", d, waiterTimeout)
+	}
+}
+
+func testX3LeaseExpiry(t *testing.T, s *suite) {
+	name := lockName(t)
+	const lease = 800 * time.Millisecond
+	holder := s.newProc(t).mutex(t, name)
+	waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
+	if _, err := holder.LockWithLease(ctxFor(t, eventually), lease); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := await(t, goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) }), 60*time.Second, "waiter")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	// No unlock happened: the head must have waited no longer than the
+	// lease left (its heartbeat is 20 s away).
+	if d := r.at.Sub(start); d > lease+slack {
+		t.Errorf("lease-expiry hand-over took %v, want about %v", d, lease)
+	}
+}
+
+func testX3DeletedByHand(t *testing.T, s *suite) {
+	name := lockName(t)
+	const waiterTimeout = 900 * time.Millisecond
+	p := s.newProc(t)
+	holder := p.mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout))
+	mustLock(t, holder)
+	// DEL by hand (no script, no message, lease far away): the head must
+	// still notice within its heartbeat interval.
+	handOver(t, holder, wp, wp.mutex(t, name), waiterTimeout/3+slack, "head after DEL by hand", func() {
+		evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
+	})
+}
+
+// testX3WatchedHash: on a backend that can watch keys (backend.KeyWatcher,
+// client-side caching), a DEL by hand wakes the head at once, long before
+// its heartbeat.
+func testX3WatchedHash(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	probe, err := wp.b.WatchKey(ctxFor(t, eventually), name+":probe")
+	if errors.Is(err, backend.ErrNotSupported) {
+		t.Skipf("the backend cannot watch keys (%v); X3_HashDeletedByHand covers the heartbeat path", err)
+	}
+	if err != nil {
+		t.Fatalf("WatchKey: %v", err)
+	}
+	probe.Close()
+	holder, waiter := p.mutex(t, name), wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	waitUntil(t, eventually, "the head to watch the lock hash", func() bool { return wp.b.count("WATCHKEY") >= 2 })
+	deleted := time.Now()
+	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
+	r := await(t, ch, 60*time.Second, "head after DEL by hand")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if d := r.at.Sub(deleted); d > slack {
+		t.Errorf("head took %v to notice the deleted hash; its heartbeat is 20 s away, the invalidation should wake it", d)
+	}
+}
+
+func testX3HeadGivesUp(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	holder := p.mutex(t, name)
+	// Slow heartbeats (20 s): only a wake-up can make "next" act quickly.
+	// The head must not learn of the DEL below by watching the hash.
+	hp, np := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(60*time.Second))), s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	head, next := hp.mutex(t, name), np.mutex(t, name)
+	mustLock(t, holder)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hc := goAcquire(func() (*lock.Hold, error) { return head.Lock(ctx) })
+	waitQueued(t, holder, 1)
+	nc := goAcquire(func() (*lock.Hold, error) { return next.Lock(ctxFor(t, 60*time.Second)) })
+	waitQueued(t, holder, 2)
+	settled(t, hp)
+	settled(t, np)
+	// The hash vanishes without a message: the lock is free and "head" is
+	// first in line but does not know yet. Then "head" gives up.
+	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
+	cancel()
+	gaveUp := time.Now()
+	if r := await(t, hc, eventually, "head"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("head: %v, want context.Canceled", r.err)
+	}
+	rn := await(t, nc, eventually, "next")
+	if rn.err != nil {
+		t.Fatal(rn.err)
+	}
+	if d := rn.at.Sub(gaveUp); d > slack {
+		t.Errorf("next waiter took %v after the head gave up, want a wake-up", d)
+	}
+}
+
+func testX4NoSpin(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(3*time.Second))
+	waiter := wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, holder, 1)
+	before := wp.b.count("acquire")
+	mustNotArrive(t, ch, 1500*time.Millisecond, "waiter while held")
+	// Heartbeat every 1 s: about 2 calls in 1.5 s. A spin makes thousands.
+	if n := wp.b.count("acquire") - before; n > 10 {
+		t.Errorf("waiter ran acquire %d times in 1.5 s while the lock was held: busy spin", n)
+	}
+	mustUnlock(t, holder)
+	if r := await(t, ch, eventually, "waiter"); r.err != nil {
+		t.Fatal(r.err)
+	}
+}
+
+func testX5Cancel(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	holder := p.mutex(t, name)
+	mustLock(t, holder)
+	cases := []struct {
+		name    string
+		acquire func(m *lock.Mutex) <-chan result
+		want    error
+	}{
+		{name: "cancel", acquire: func(m *lock.Mutex) <-chan result {
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) })
+			waitQueued(t, holder, 1)
+			cancel()
+			return ch
+		}, want: context.Canceled},
+		{name: "deadline", acquire: func(m *lock.Mutex) <-chan result {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			t.Cleanup(cancel)
+			return goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) })
+		}, want: context.DeadlineExceeded},
+		{name: "trylock wait", acquire: func(m *lock.Mutex) <-chan result {
+			return goAcquire(func() (*lock.Hold, error) { return m.TryLock(ctxFor(t, eventually), 300*time.Millisecond, time.Second) })
+		}, want: lock.ErrNotAcquired},
+	}
+	for _, tc := range cases {
+		m := s.newProc(t).mutex(t, name)
+		r := await(t, tc.acquire(m), eventually, tc.name)
+		if !errors.Is(r.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, r.err, tc.want)
+		}
+		if raw := readRaw(t, p.b, name); len(raw.queue) != 0 || raw.timeouts != 0 {
+			t.Errorf("%s: left in Redis: %+v", tc.name, raw)
+		}
+	}
+}
+
+// testX5LostReply: an acquire whose replies are all lost keeps retrying
+// (X14) until its context ends, then undoes whatever the attempts did: the
+// lock ends neither held nor queued for the caller that gave up (X5).
+func testX5LostReply(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	m := p.mutex(t, name)
+	p.b.mu.Lock()
+	p.b.loseReply = func(script string) bool { return script == "acquire" }
+	p.b.mu.Unlock()
+	_, err := m.Lock(ctxFor(t, 500*time.Millisecond))
+	if !errors.Is(err, errLostReply) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with lost replies: %v, want the deadline and the backend error", err)
+	}
+	if n := p.b.count("acquire"); n < 2 {
+		t.Errorf("%d acquire attempts, want retries (X14)", n)
+	}
+	if raw := readRaw(t, p.b, name); raw.hashExists || len(raw.queue) != 0 || raw.timeouts != 0 {
+		t.Errorf("left in Redis after lost acquire replies: %+v", raw)
+	}
+}
+
+func testX6Tokens(t *testing.T, s *suite) {
+	name := lockName(t)
+	a := s.newProc(t).mutex(t, name)
+	b := s.newProc(t).mutex(t, name)
+	var last int64
+	for i := range 6 {
+		m := a
+		if i%2 == 1 {
+			m = b
+		}
+		h := mustLock(t, m)
+		if h.Token() <= last {
+			t.Fatalf("acquisition %d got token %d after %d", i, h.Token(), last)
+		}
+		if again := mustLock(t, m); again.Token() != h.Token() {
+			t.Errorf("re-entry token %d, want %d", again.Token(), h.Token())
+		}
+		last = h.Token()
+		mustUnlock(t, m)
+		mustUnlock(t, m)
+	}
+	if _, err := a.Delete(ctxFor(t, eventually)); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustLock(t, b); h.Token() <= last {
+		t.Errorf("token %d after Delete, want > %d (tokens never go back)", h.Token(), last)
+	}
+}
+
+func testX7LostLock(t *testing.T, s *suite) {
+	name := lockName(t)
+	m := s.newProc(t).mutex(t, name)
+	const lease = 400 * time.Millisecond
+	h, err := m.LockWithLease(ctxFor(t, eventually), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := h.Context(context.Background())
+	defer cancel()
+	select {
+	case <-h.Done():
+	case <-time.After(lease + slack):
+		t.Fatal("expired lease not signalled")
+	}
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", h.Err())
+	}
+	select {
+	case <-hctx.Done():
+	case <-time.After(eventually):
+		t.Fatal("hold context not cancelled")
+	}
+	if !errors.Is(context.Cause(hctx), lock.ErrLockLost) {
+		t.Errorf("context cause %v, want ErrLockLost", context.Cause(hctx))
+	}
+	// The hold ends by the client's clock, counted from before the
+	// acquire was sent, so the server's key may outlive it a little.
+	waitUntil(t, eventually, "the key to expire", func() bool {
+		locked, err := m.IsLocked(ctxFor(t, eventually))
+		return err == nil && !locked
+	})
+	if err := m.Unlock(ctxFor(t, eventually)); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock after losing the lock: %v, want ErrNotHeld", err)
+	}
+}
+
+// testX7ForceUnlocked: a holder whose lock someone else force-unlocks is
+// told by its watchdog (X7).
+func testX7ForceUnlocked(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t, lock.WithLease(600*time.Millisecond)).mutex(t, name)
+	admin := s.newProc(t).mutex(t, name)
+	h := mustLock(t, holder)
+	if ok, err := admin.ForceUnlock(ctxFor(t, eventually)); err != nil || !ok {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(eventually):
+		t.Fatal("force-unlocked holder was not told")
+	}
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Errorf("holder's error %v, want ErrLockLost", h.Err())
+	}
+}
+
+func testX10BadInput(t *testing.T, s *suite) {
+	p := s.newProc(t)
+	good := p.mutex(t, lockName(t))
+	for _, name := range []string{"", "a{}b", "a{b", "a}b", "x{}"} {
+		if _, err := p.c.NewMutex(name); !errors.Is(err, lock.ErrInvalidName) {
+			t.Errorf("NewMutex(%q): %v, want ErrInvalidName", name, err)
+		}
+	}
+	if _, err := p.c.NewMutex("{user1}.orders"); err != nil {
+		t.Errorf("a name with one hash tag: %v", err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctx := context.Background()
+	var nilCtx context.Context
+	cases := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{name: "Lock nil ctx", call: func() error { _, err := good.Lock(nilCtx); return err }, want: lock.ErrNilContext},
+		{name: "Lock cancelled ctx", call: func() error { _, err := good.Lock(cancelled); return err }, want: context.Canceled},
+		{name: "LockWithLease zero", call: func() error { _, err := good.LockWithLease(ctx, 0); return err }, want: lock.ErrInvalidDuration},
+		{name: "LockWithLease negative", call: func() error { _, err := good.LockWithLease(ctx, -time.Second); return err }, want: lock.ErrInvalidDuration},
+		{name: "LockWithLease sub-ms", call: func() error { _, err := good.LockWithLease(ctx, time.Microsecond); return err }, want: lock.ErrInvalidDuration},
+		{name: "LockWithLease overflow", call: func() error { _, err := good.LockWithLease(ctx, time.Duration(1<<62)); return err }, want: lock.ErrInvalidDuration},
+		{name: "TryLock zero wait", call: func() error { _, err := good.TryLock(ctx, 0, time.Second); return err }, want: lock.ErrInvalidDuration},
+		{name: "TryLock negative wait", call: func() error { _, err := good.TryLock(ctx, -1, time.Second); return err }, want: lock.ErrInvalidDuration},
+		{name: "TryLock zero lease", call: func() error { _, err := good.TryLock(ctx, time.Second, 0); return err }, want: lock.ErrInvalidDuration},
+		{name: "TryLockOnce negative lease", call: func() error { _, err := good.TryLockOnce(ctx, -2); return err }, want: lock.ErrInvalidDuration},
+		{name: "Unlock nil ctx", call: func() error { return good.Unlock(nilCtx) }, want: lock.ErrNilContext},
+		{name: "Unlock cancelled", call: func() error { return good.Unlock(cancelled) }, want: context.Canceled},
+		{name: "ForceUnlock nil ctx", call: func() error { _, err := good.ForceUnlock(nilCtx); return err }, want: lock.ErrNilContext},
+		{name: "Delete cancelled", call: func() error { _, err := good.Delete(cancelled); return err }, want: context.Canceled},
+		{name: "IsLocked nil ctx", call: func() error { _, err := good.IsLocked(nilCtx); return err }, want: lock.ErrNilContext},
+		{name: "Inspect negative limit", call: func() error { _, err := good.Inspect(ctx, -1); return err }, want: lock.ErrInvalidOption},
+	}
+	for _, tc := range cases {
+		if err := tc.call(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, o := range []lock.Option{lock.WithLease(0), lock.WithLease(time.Millisecond), lock.WithWaiterTimeout(-1), lock.WithLease(lock.MaxDuration + 1)} {
+		if _, err := lock.NewClient(p.b, o); !errors.Is(err, lock.ErrInvalidDuration) {
+			t.Errorf("NewClient with a bad duration: %v", err)
+		}
+	}
+	if n := p.b.total(); n != 0 {
+		t.Errorf("bad input reached Redis: %v", p.b.counts)
+	}
+	// Use after Close.
+	p.c.Close()
+	if _, err := good.Lock(ctx); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Lock after Close: %v", err)
+	}
+	if err := good.Unlock(ctx); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if n := p.b.total(); n != 0 {
+		t.Errorf("calls after Close reached Redis: %v", p.b.counts)
+	}
+}
+
+func testManyOwners(t *testing.T, s *suite) {
+	n := 500 * s.cfg.scale
+	name := lockName(t)
+	procs := make([]*proc, 4)
+	for i := range procs {
+		procs[i] = s.newProc(t, lock.WithLease(5*time.Second))
+	}
+	var (
+		mu      sync.Mutex
+		holders int
+		maxSeen int
+		got     = map[string]int{}
+	)
+	chans := make([]<-chan result, n)
+	for i := range n {
+		m := procs[i%len(procs)].mutex(t, name)
+		chans[i] = goAcquire(func() (*lock.Hold, error) {
+			h, err := m.Lock(ctxFor(t, 120*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			holders++
+			maxSeen = max(maxSeen, holders)
+			got[m.Owner().String()]++
+			holders--
+			mu.Unlock()
+			return h, m.Unlock(ctxFor(t, eventually))
+		})
+	}
+	for i, ch := range chans {
+		if r := await(t, ch, 120*time.Second, fmt.Sprintf("owner %d", i)); r.err != nil {
+			t.Fatalf("owner %d: %v", i, r.err)
+		}
+	}
+	if len(got) != n || maxSeen != 1 {
+		t.Errorf("%d distinct owners acquired (want %d), max simultaneous holders %d (want 1)", len(got), n, maxSeen)
+	}
+	for o, c := range got {
+		if c != 1 {
+			t.Errorf("owner %s acquired %d times", o, c)
+		}
+	}
+}
+
+func testShardedPublish(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t, lock.WithShardedPublish()).mutex(t, name)
+	wp := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second))
+	mustLock(t, holder)
+	handOver(t, holder, wp, wp.mutex(t, name), slack, "waiter after unlock with sharded publish", func() { mustUnlock(t, holder) })
+}
