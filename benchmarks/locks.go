@@ -9,6 +9,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/lockbench"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -21,24 +22,23 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// fairlockAdapters are the client libraries fairlock is measured on, each
-// with the library's default client options. To measure another adapter,
-// add one line here (and its import), for example:
-//
-//	{"go-redis", func(addr string, _ bool) (backend.Backend, func(), error) { c := goredis.NewClient(&goredis.Options{Addr: addr}); b := goredisbackend.New(c); return b, func() { _ = b.Close(); _ = c.Close() }, nil }},
+// fairlockAdapters are the client libraries fairlock is measured on. To
+// measure another adapter, add one line here with a function that opens it.
 var fairlockAdapters = []fairlockAdapter{
-	{"rueidis", openRueidis},
-	{"valkey", openValkey},
+	{name: "rueidis", options: "client defaults", open: openRueidis},
+	{name: "valkey", options: "client defaults", open: openValkey},
+	{name: "go-redis", options: "client defaults but ContextTimeoutEnabled, as goredisbackend asks", open: openGoRedis},
 }
 
 // fairlockAdapter opens a backend (and whatever client it needs) on addr.
 // small asks for small connection buffers (the idle-waiter scenario).
 type fairlockAdapter struct {
-	name string
-	open func(addr string, small bool) (backend.Backend, func(), error)
+	name    string
+	options string // the client options, for the settings table
+	open    func(addr string, small bool) (backend.Backend, func(), error)
 }
 
-// The two client libraries' own buffers are 0.5 MiB each way per
+// The rueidis and valkey-go clients' own buffers are 0.5 MiB each way per
 // connection; 1,000 clients with two connections each would take 2 GiB
 // for nothing in the idle-waiter scenario, so it asks for 64 KiB.
 const smallBuffer = 64 << 10
@@ -67,6 +67,19 @@ func openValkey(addr string, small bool) (backend.Backend, func(), error) {
 	}
 	b := valkeybackend.New(c)
 	return b, func() { _ = b.Close(); c.Close() }, nil
+}
+
+// openGoRedis needs nothing for small: go-redis' buffers are 32 KiB by
+// default, under smallBuffer already. ContextTimeoutEnabled lets the lock's
+// deadlines reach the socket (see goredisbackend).
+func openGoRedis(addr string, _ bool) (backend.Backend, func(), error) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	b := goredisbackend.New(c)
+	return b, func() { _ = b.Close(); _ = c.Close() }, nil
 }
 
 // lockKind is one lock library with one configuration: a column of every
@@ -108,7 +121,7 @@ func lockKinds() []lockKind {
 	for _, a := range fairlockAdapters {
 		kinds = append(kinds, lockKind{
 			name: "fairlock/" + a.name, module: "github.com/fairlock/fairlock", fairlock: true,
-			settings: "adapter " + a.name + " (client defaults); lock defaults: watchdog lease 30 s, waiter timeout 5 s, PUBLISH wake-ups",
+			settings: "adapter " + a.name + " (" + a.options + "); lock defaults: watchdog lease 30 s, waiter timeout 5 s, PUBLISH wake-ups",
 			connect:  fairlockConnect(a),
 		})
 	}
