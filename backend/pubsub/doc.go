@@ -4,8 +4,8 @@
 // Subscriptions itself with backend.NewSubscription instead.
 //
 // The adapter provides a Dialer that opens a Conn and passes what the
-// connection reads to a Sink; Hub does the rest: one SUBSCRIBE per
-// Subscribe, the fan-out to every Subscription of a channel, UNSUBSCRIBE
+// connection reads to a Sink; Hub does the rest: a SUBSCRIBE for each
+// Subscribe (calls made while one is on its way share the next), the fan-out to every Subscription of a channel, UNSUBSCRIBE
 // when the last one closes, and, when the connection drops, a Reconnect
 // event to every Subscription, a re-dial with back-off and a re-subscribe
 // of every channel.
@@ -32,7 +32,8 @@
 // To give this, Subscribe sends SUBSCRIBE on the connection even when the
 // channel is already subscribed there (the server confirms it again, and
 // the confirmation is the point from which the new Subscription listens):
-// one round trip per Subscribe. It relies on the Conn's contract: Subscribe
+// one round trip per Subscribe, shared by the calls that arrive while a
+// SUBSCRIBE waits for its confirmation (they go out together in the next). It relies on the Conn's contract: Subscribe
 // returns only after the reader has read the confirmation, and the reader
 // passes messages to the Sink one at a time, in the order it reads them.
 //

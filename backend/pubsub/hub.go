@@ -66,9 +66,12 @@ type Hub struct {
 	conn   Conn
 	closed bool
 
-	mu   sync.Mutex // guards subs and keys; never held while talking to the server
-	subs listeners  // by channel: Subscriptions armed by a confirmed SUBSCRIBE
-	keys listeners  // by key: key watches
+	mu       sync.Mutex    // guards the fields below; never held while talking to the server
+	subs     listeners     // by channel: Subscriptions armed by a confirmed SUBSCRIBE
+	keys     listeners     // by key: key watches
+	pending  []*subRequest // Subscribe calls waiting for the next SUBSCRIBE
+	flushing bool          // a flush goroutine is sending pending SUBSCRIBEs
+	ended    bool          // Close has begun: no new flush goroutine
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -111,32 +114,172 @@ func (h *Hub) lockWireNoCtx() { h.wire <- struct{}{} }
 
 func (h *Hub) unlockWire() { <-h.wire }
 
+// subscribeTimeout bounds one SUBSCRIBE of a batch.
+const subscribeTimeout = 10 * time.Second
+
+// subRequest is one Subscribe call waiting for its SUBSCRIBE.
+type subRequest struct {
+	channel string
+	done    chan subResult // buffered: the flush's answer
+	// guarded by Hub.mu
+	batch     *subBatch // set once its SUBSCRIBE is on its way
+	abandoned bool      // the caller's context ended first
+}
+
+type subResult struct {
+	s   *backend.Subscription
+	err error
+}
+
+// subBatch is one SUBSCRIBE sent for several calls; cancel stops waiting
+// for its confirmation once every caller has given up.
+type subBatch struct {
+	live   int // callers still waiting (guarded by Hub.mu)
+	cancel context.CancelFunc
+}
+
 // Subscribe implements backend.Backend.Subscribe, with the ordering the
-// package documentation describes. While another Subscribe or a re-dial
-// holds the connection, it waits at most until ctx ends.
+// package documentation describes. Calls made while a SUBSCRIBE is on its
+// way share the next one (one round trip for all of them), so many
+// waiters subscribing at once do not queue behind each other's round
+// trips. A call waits at most until ctx ends; when every call sharing a
+// SUBSCRIBE in flight has given up, the SUBSCRIBE is taken back before
+// they return, and otherwise as soon as it is confirmed.
 func (h *Hub) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
-	if err := h.lockWire(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
 	}
-	defer h.unlockWire()
-	if h.closed {
+	r := &subRequest{channel: channel, done: make(chan subResult, 1)}
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
 		return nil, backend.ErrClosed
 	}
-	if err := h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, channel) }); err != nil {
-		// The SUBSCRIBE may have reached the server before ctx ended or
-		// the reply was lost: take it back, or the server keeps the
-		// channel - unless others listen to it.
-		if !h.listened(channel) && h.conn != nil {
-			h.unsubscribeLocked(channel)
-		}
-		return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
+	h.pending = append(h.pending, r)
+	if !h.flushing {
+		h.flushing = true
+		h.wg.Add(1)
+		go h.flush()
 	}
-	// Armed only now: everything the reader passed on before the
-	// confirmation was published before this call.
-	var s *backend.Subscription
-	s, deliver := backend.NewSubscription(channel, func() { h.unsubscribe(s) })
-	h.add(h.subs, s, deliver)
-	return s, nil
+	h.mu.Unlock()
+	select {
+	case res := <-r.done:
+		return res.s, res.err
+	case <-ctx.Done():
+	}
+	if res, answered := h.abandon(r); answered {
+		return res.s, res.err
+	}
+	return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, ctx.Err())
+}
+
+// abandon gives up r, whose caller's context ended. When the flush had
+// answered already it returns that answer. A request not sent yet is
+// dropped; the last caller of a SUBSCRIBE in flight stops it and waits
+// until the flush has taken it back.
+func (h *Hub) abandon(r *subRequest) (subResult, bool) {
+	h.mu.Lock()
+	select {
+	case res := <-r.done:
+		h.mu.Unlock()
+		return res, true
+	default:
+	}
+	r.abandoned = true
+	last := false
+	if r.batch == nil {
+		for i, p := range h.pending {
+			if p == r {
+				h.pending = append(h.pending[:i], h.pending[i+1:]...)
+				break
+			}
+		}
+	} else {
+		r.batch.live--
+		if last = r.batch.live == 0; last {
+			r.batch.cancel()
+		}
+	}
+	h.mu.Unlock()
+	if last {
+		<-r.done // taken back
+	}
+	return subResult{}, false
+}
+
+// flush sends the pending SUBSCRIBEs, one batch at a time, until none is
+// left.
+func (h *Hub) flush() {
+	defer h.wg.Done()
+	for {
+		h.mu.Lock()
+		batch := h.pending
+		h.pending = nil
+		if len(batch) == 0 {
+			h.flushing = false
+			h.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		b := &subBatch{live: len(batch), cancel: cancel}
+		for _, r := range batch {
+			r.batch = b
+		}
+		h.mu.Unlock()
+		h.subscribeBatch(ctx, batch)
+		cancel()
+	}
+}
+
+// subscribeBatch sends one SUBSCRIBE for the batch's channels and answers
+// each call: armed only once the server confirmed it, so everything the
+// reader passed on before was published before the call. Channels nobody
+// listens to afterwards (every caller gave up, or the SUBSCRIBE failed)
+// are taken back - the SUBSCRIBE may have reached the server - before the
+// callers that wait for that are told.
+func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
+	seen := make(map[string]bool, len(batch))
+	chans := make([]string, 0, len(batch))
+	for _, r := range batch {
+		if !seen[r.channel] {
+			seen[r.channel] = true
+			chans = append(chans, r.channel)
+		}
+	}
+	h.lockWireNoCtx()
+	defer h.unlockWire()
+	err := backend.ErrClosed
+	if !h.closed {
+		err = h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, chans...) })
+	}
+	var later []*subRequest
+	h.mu.Lock()
+	for _, r := range batch {
+		switch {
+		case r.abandoned:
+			later = append(later, r)
+		case err != nil:
+			r.done <- subResult{err: fmt.Errorf("pubsub: subscribe %q: %w", r.channel, err)}
+		default:
+			var s *backend.Subscription
+			s, deliver := backend.NewSubscription(r.channel, func() { h.unsubscribe(s) })
+			h.addLocked(h.subs, s, deliver)
+			r.done <- subResult{s: s}
+		}
+	}
+	var unheard []string
+	for _, ch := range chans {
+		if len(h.subs[ch]) == 0 {
+			unheard = append(unheard, ch)
+		}
+	}
+	h.mu.Unlock()
+	if len(unheard) > 0 && h.conn != nil && !errors.Is(err, backend.ErrClosed) {
+		h.unsubscribeLocked(unheard...)
+	}
+	for _, r := range later {
+		r.done <- subResult{err: context.Canceled}
+	}
 }
 
 // listened reports whether a Subscription listens to channel.
@@ -161,12 +304,12 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 
 // unsubscribeLocked sends UNSUBSCRIBE, bounded by unsubscribeTimeout. An
 // error means the connection is going away; the re-subscribe after
-// reconnecting uses the current channel set, without this one. The caller
+// reconnecting uses the current channel set, without these. The caller
 // holds the wire.
-func (h *Hub) unsubscribeLocked(channel string) {
+func (h *Hub) unsubscribeLocked(channels ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 	defer cancel()
-	_ = h.conn.Unsubscribe(ctx, channel)
+	_ = h.conn.Unsubscribe(ctx, channels...)
 }
 
 // WatchKey implements backend.KeyWatcher when the adapter's Conn
@@ -233,6 +376,10 @@ func (h *Hub) onConn(ctx context.Context, do func(Conn) error) error {
 func (h *Hub) add(m listeners, s *backend.Subscription, deliver func(backend.Event)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.addLocked(m, s, deliver)
+}
+
+func (h *Hub) addLocked(m listeners, s *backend.Subscription, deliver func(backend.Event)) {
 	set := m[s.Channel()]
 	if set == nil {
 		set = make(map[*backend.Subscription]func(backend.Event))
@@ -392,6 +539,9 @@ func (h *Hub) Close() error {
 	conn := h.conn
 	h.conn = nil
 	h.unlockWire()
+	h.mu.Lock()
+	h.ended = true
+	h.mu.Unlock()
 	if conn != nil {
 		conn.Close()
 	}

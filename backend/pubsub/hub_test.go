@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +26,9 @@ type fakeConn struct {
 	wire chan frame
 	sent chan string // receives the channels of each SUBSCRIBE sent
 
-	mu       sync.Mutex // the server: orders publishes and subscribes
-	channels map[string]bool
+	mu         sync.Mutex // the server: orders publishes and subscribes
+	channels   map[string]bool
+	subscribes int // SUBSCRIBE commands received
 
 	// reading is a one-slot semaphore the reader holds while it handles a
 	// frame; a test holds it (pause) to stop the reader.
@@ -94,6 +96,7 @@ func (c *fakeConn) resume() { <-c.reading }
 func (c *fakeConn) Subscribe(ctx context.Context, channels ...string) error {
 	confirmed := make(chan struct{})
 	c.mu.Lock()
+	c.subscribes++
 	for _, ch := range channels {
 		c.channels[ch] = true
 	}
@@ -425,4 +428,58 @@ func TestClosedHub(t *testing.T) {
 	if _, err := hub.WatchKey(context.Background(), "k"); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("WatchKey after Close = %v, want ErrClosed", err)
 	}
+}
+
+// TestConcurrentSubscribesShareOneSubscribe: calls made while a SUBSCRIBE
+// waits for its confirmation share the next SUBSCRIBE, so a burst of
+// waiters costs two round trips, not one each (they used to queue for the
+// connection one round trip at a time: tens of milliseconds with 64
+// goroutines). Each still gets its own armed Subscription.
+func TestConcurrentSubscribesShareOneSubscribe(t *testing.T) {
+	hub, conns := fakeHub(t)
+	mustSubscribe(t, hub, "warm").Close()
+	conn := <-conns
+	conn.forgetSent()
+	conn.pause() // the next SUBSCRIBE waits for its confirmation
+	first := goSubscribe(context.Background(), hub, "first")
+	waitSent(t, conn, "first")
+	const n = 10
+	var rest []<-chan subscribed
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("burst-%d", i))
+		rest = append(rest, goSubscribe(context.Background(), hub, names[i]))
+	}
+	deadline := time.Now().Add(within)
+	for pubsub.PendingSubscribes(hub) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls pending after %v", pubsub.PendingSubscribes(hub), n, within)
+		}
+		time.Sleep(time.Millisecond) // polling
+	}
+	conn.mu.Lock()
+	before := conn.subscribes
+	conn.mu.Unlock()
+	conn.resume()
+	waitSent(t, conn, names...)
+	if r := awaitSubscribed(t, first); r.err != nil {
+		t.Fatalf("first Subscribe: %v", r.err)
+	}
+	for i, ch := range rest {
+		r := awaitSubscribed(t, ch)
+		if r.err != nil {
+			t.Fatalf("Subscribe(%q): %v", names[i], r.err)
+		}
+		if r.s.Channel() != names[i] {
+			t.Errorf("Subscribe(%q) returned a Subscription to %q", names[i], r.s.Channel())
+		}
+		r.s.Close()
+	}
+	conn.mu.Lock()
+	got := conn.subscribes - before
+	conn.mu.Unlock()
+	if got != 1 {
+		t.Errorf("%d calls made while a SUBSCRIBE was in flight sent %d SUBSCRIBEs, want 1", n, got)
+	}
+	t.Logf("%d concurrent Subscribe calls: %d SUBSCRIBE after the one in flight", n, got)
 }
