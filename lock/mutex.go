@@ -387,7 +387,9 @@ func (m *Mutex) checkCall(ctx context.Context) error {
 	return nil
 }
 
-func (m *Mutex) call(op Op) Call { return Call{Op: op, Name: m.name, Owner: m.owner} }
+func (m *Mutex) call(op Op) Call {
+	return Call{Op: op, Name: m.name, Owner: m.owner, Client: m.c.cfg.description}
+}
 
 func (m *Mutex) errorf(err error) error {
 	return fmt.Errorf("lock %q (owner %s): %w", m.name, m.field, err)

@@ -36,6 +36,9 @@ type Call struct {
 	Op    Op
 	Name  string // the lock name, without the key prefix
 	Owner Owner
+	// Client describes the calling client (WithDescription); nil without
+	// a description. Observers must not modify it.
+	Client *Description
 }
 
 // AcquireResult is what an acquire call ended with.

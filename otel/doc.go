@@ -41,6 +41,9 @@
 //
 //	fairlock.lock.name         lock name without the client's key prefix  (all spans)
 //	fairlock.owner             owner field "<clientID>:<ownerID>"         (all spans)
+//	fairlock.client.name       the client's lock.WithDescription name     (all spans, described clients)
+//	fairlock.client.host       its host name                              (all spans, described clients)
+//	fairlock.client.pid        its process ID                             (all spans, described clients)
 //	fairlock.operation         Lock, TryLock, TryLockOnce, Unlock, ForceUnlock
 //	fairlock.outcome           acquired, reentered, timed_out, cancelled, error;
 //	                           released, not_held, error on release

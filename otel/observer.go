@@ -39,6 +39,9 @@ const (
 const (
 	keyLockName      = attribute.Key("fairlock.lock.name")
 	keyOwner         = attribute.Key("fairlock.owner")
+	keyClientName    = attribute.Key("fairlock.client.name")
+	keyClientHost    = attribute.Key("fairlock.client.host")
+	keyClientPID     = attribute.Key("fairlock.client.pid")
 	keyOperation     = attribute.Key("fairlock.operation")
 	keyOutcome       = attribute.Key("fairlock.outcome")
 	keyWaitDuration  = attribute.Key("fairlock.wait.duration")
@@ -253,8 +256,22 @@ func (o *Observer) startSpan(ctx context.Context, name string, c lock.Call) (con
 			keyOwner.String(c.Owner.String()),
 			keyOperation.String(string(c.Op)),
 		)
+		span.SetAttributes(clientAttrs(c)...)
 	}
 	return ctx, span
+}
+
+// clientAttrs describes the calling client on a span - who holds or waits
+// - when it has a description (lock.WithDescription).
+func clientAttrs(c lock.Call) []attribute.KeyValue {
+	if c.Client == nil {
+		return nil
+	}
+	return []attribute.KeyValue{
+		keyClientName.String(c.Client.Name),
+		keyClientHost.String(c.Client.Host),
+		keyClientPID.Int(c.Client.PID),
+	}
 }
 
 type acquireTracker struct {
@@ -390,6 +407,7 @@ func (o *Observer) HoldLost(c lock.Call, token int64, held time.Duration, err er
 			keyHoldDuration.Float64(held.Seconds()),
 			keyErrorType.String(errorType(err)),
 		)
+		span.SetAttributes(clientAttrs(c)...)
 		span.AddEvent(eventLeaseLost, trace.WithAttributes(
 			keyToken.Int64(token),
 			attribute.String("exception.message", err.Error()),

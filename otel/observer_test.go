@@ -666,3 +666,37 @@ func TestOptionErrors(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestSpansDescribeTheClient: the spans of a client created with
+// lock.WithDescription say who holds or waits (name, host, pid); those of
+// a client without one carry none of these attributes.
+func TestSpansDescribeTheClient(t *testing.T) {
+	e := newEnv(t, adapters[0])
+	dc := e.client(lock.WithDescription("orders-api"))
+	described := e.mutex(dc, "orders")
+	plain := e.mutex(e.client(), "orders")
+	desc, ok := dc.Description()
+	if !ok || desc.Host == "" || desc.PID == 0 {
+		t.Fatalf("Description() = %+v, %t, want host and pid filled in", desc, ok)
+	}
+	for _, m := range []*lock.Mutex{described, plain} {
+		ctx, req := e.request()
+		if _, err := m.Lock(ctx); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		req.End()
+		want := map[attribute.Key]any{"fairlock.client.name": nil, "fairlock.client.host": nil, "fairlock.client.pid": nil}
+		if m == described {
+			want = map[attribute.Key]any{
+				"fairlock.client.name": "orders-api",
+				"fairlock.client.host": desc.Host,
+				"fairlock.client.pid":  int64(desc.PID),
+			}
+		}
+		checkAttrs(t, e.one("fairlock.acquire", req.SpanContext()), want)
+		checkAttrs(t, e.one("fairlock.release", req.SpanContext()), want)
+	}
+}
