@@ -1,0 +1,159 @@
+package rueidisbackend
+
+// This file is the same in rueidisbackend and valkeybackend but for the
+// package clause and the import path: the client library is imported as
+// lib, and only names both libraries share are used.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	lib "github.com/redis/rueidis"
+)
+
+var _ backend.CachedReader = (*Backend)(nil)
+
+// cacheable lists the commands CachedRead accepts (see
+// backend.CachedReader): read-only, one key at position 1, a reply that
+// changes only when the key is written.
+var cacheable = map[string]bool{
+	"GET": true, "HGET": true, "HGETALL": true, "HLEN": true,
+	"LLEN": true, "LRANGE": true, "ZCARD": true, "ZMSCORE": true,
+	"ZSCORE": true, "PEXPIRETIME": true,
+}
+
+// CachedRead implements backend.CachedReader with the client's
+// DoMultiCache: a command the connection has cached is answered without
+// a round trip, the others go out in one pipelined write (per node) with
+// the client's CLIENT CACHING YES before each, so the server tracks them.
+// The client also caps an entry's life at its key's expiry time. It
+// returns backend.ErrNotSupported for a client built with DisableCache and
+// on servers without CLIENT TRACKING.
+func (b *Backend) CachedRead(ctx context.Context, ttl time.Duration, cmds [][]string) ([]backend.Reply, error) {
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("CachedRead: ttl %v is shorter than 1ms", ttl)
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	multi := make([]lib.CacheableTTL, len(cmds))
+	for i, c := range cmds {
+		if len(c) < 2 || !cacheable[strings.ToUpper(c[0])] {
+			return nil, fmt.Errorf("CachedRead: %q is not a command CachedRead can cache (see backend.CachedReader)", c)
+		}
+		cmd := b.client.B().Arbitrary(c[0]).Keys(c[1]).Args(c[2:]...).ReadOnly()
+		multi[i] = lib.CT(lib.Cacheable(cmd), ttl)
+	}
+	results := b.client.DoMultiCache(ctx, multi...)
+	replies := make([]backend.Reply, len(results))
+	cached := false
+	for i, res := range results {
+		// A reply the client put in (or took from) its cache carries the
+		// entry's expiry time, a cached nil reply too; a client that does
+		// not cache sends the commands as they are, and its replies carry
+		// none.
+		cached = cached || res.IsCacheHit() || res.CachePTTL() >= 0
+		if res.Error() != nil { // nil, an error reply, or no reply at all
+			r, err := convert(res)
+			if err != nil {
+				return nil, err
+			}
+			replies[i] = r
+			continue
+		}
+		v, err := res.ToAny()
+		if err != nil {
+			return nil, err
+		}
+		if replies[i], err = fromAny(v); err != nil {
+			return nil, fmt.Errorf("CachedRead %s: %w", cmds[i][0], err)
+		}
+	}
+	if !cached {
+		// No reply carried an expiry: the client does not cache, or every
+		// entry was invalidated while its read was on the way. Ask.
+		if err := b.tracking(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
+
+// tracking returns nil when the client's connections have CLIENT
+// TRACKING on, else backend.ErrNotSupported.
+func (b *Backend) tracking(ctx context.Context) error {
+	res := b.client.Do(ctx, b.client.B().ClientTrackinginfo().Build())
+	if res.Error() != nil {
+		_, err := convert(res)
+		var se *backend.ServerError
+		if errors.As(err, &se) { // a server without CLIENT TRACKINGINFO
+			return fmt.Errorf("%w: client-side caching: %v", backend.ErrNotSupported, err)
+		}
+		return err
+	}
+	info, err := res.ToAny()
+	if err != nil {
+		return err
+	}
+	var flags any
+	switch info := info.(type) {
+	case map[string]any: // RESP3
+		flags = info["flags"]
+	case []any: // RESP2: flags, [...], redirect, n, prefixes, [...]
+		if i := slices.Index(info, any("flags")); i >= 0 && i+1 < len(info) {
+			flags = info[i+1]
+		}
+	}
+	if list, ok := flags.([]any); ok && slices.Contains(list, any("on")) {
+		return nil
+	}
+	return fmt.Errorf("%w: client-side caching is off on this client (DisableCache?)", backend.ErrNotSupported)
+}
+
+// fromAny maps a decoded reply to a backend reply with RESP2's shapes.
+func fromAny(v any) (backend.Reply, error) {
+	switch v := v.(type) {
+	case nil:
+		return backend.Reply{}, nil
+	case int64:
+		return backend.IntReply(v), nil
+	case string:
+		return backend.StringReply(v), nil
+	case float64:
+		return backend.StringReply(strconv.FormatFloat(v, 'f', -1, 64)), nil
+	case bool:
+		if v {
+			return backend.IntReply(1), nil
+		}
+		return backend.Reply{}, nil
+	case []any:
+		elems := make([]backend.Reply, len(v))
+		for i, e := range v {
+			r, err := fromAny(e)
+			if err != nil {
+				return backend.Reply{}, err
+			}
+			elems[i] = r
+		}
+		return backend.ArrayReply(elems...), nil
+	case map[string]any:
+		elems := make([]backend.Reply, 0, 2*len(v))
+		for k, e := range v {
+			r, err := fromAny(e)
+			if err != nil {
+				return backend.Reply{}, err
+			}
+			elems = append(elems, backend.StringReply(k), r)
+		}
+		return backend.ArrayReply(elems...), nil
+	case error: // an error reply inside an array
+		return backend.Reply{}, &backend.ServerError{Message: v.Error()}
+	}
+	return backend.Reply{}, fmt.Errorf("%w: %T", backend.ErrUnexpectedReply, v)
+}
