@@ -51,6 +51,7 @@ type config struct {
 	replicas      int           // X9: replicas that must acknowledge an acquire
 	replicaWait   time.Duration // X9: how long WAIT waits for them
 	description   *Description  // WithDescription; nil: none
+	cached        *cachedReads  // WithCachedReads; nil: off
 }
 
 // Option configures a Client.
@@ -185,6 +186,51 @@ func WithDescription(name string) Option {
 		}
 		host, _ := os.Hostname() // "" when unknown; the name and PID still say who
 		c.description = &Description{Host: host, PID: os.Getpid(), Name: name}
+		return nil
+	}
+}
+
+// WithCachedReads makes IsLocked, IsHeldBy, HoldCount, RemainTTL and
+// Inspect read through the client-side cache of the backend (default:
+// off - every read runs a script on the server), for status pages that
+// poll many locks: a read of a lock that has not changed since this
+// client last read it sends nothing to Redis, and a read the cache cannot
+// answer costs a few plain commands instead of a script. Locking,
+// unlocking and every other call are unaffected.
+//
+// The backend must implement backend.CachedReader - rueidisbackend and
+// valkeybackend do, on clients with client-side caching (their default;
+// not with DisableCache, and not with the NOLOOP tracking option, which
+// hides the client's own writes from its cache) - and the server must
+// have PEXPIRETIME (Redis 7, Valkey 7.2). Otherwise the reads run the
+// script as without the option; so does a read whose cached read fails.
+//
+// Staleness: the server tells the client when a key it read changes
+// (CLIENT TRACKING), so a cached read sees a write about one network
+// delay after the server completed it (in tests on one machine, the first
+// read after Unlock returned saw it). maxStale bounds the rest: no cached
+// reply is used longer than maxStale after it was read from the server,
+// nor past its key's expiry time, and a connection that drops takes its
+// cache with it; so when invalidations stop arriving on a connection the
+// client still thinks alive, reads lag by at most maxStale. Each lock's
+// keys are read again at least every maxStale, so a minute suits a status
+// page. maxStale must be at least 1 ms and at most MaxDuration
+// (ErrInvalidDuration).
+//
+// The cached reads are several plain commands, not one script: a cached
+// Inspect can show the holders and the queue from moments apart (by at
+// most the staleness above), not one atomic snapshot. RemainTTL and
+// State.TTL are the key's expiry time (PEXPIRETIME; PTTL cannot be cached,
+// its reply changes with time) less the server's clock, which the client
+// estimates from a script read repeated every 10 s, to within half that
+// read's round trip plus a millisecond; State.ServerTime is that
+// estimate.
+func WithCachedReads(maxStale time.Duration) Option {
+	return func(c *config) error {
+		if err := checkDuration("cached read staleness", maxStale); err != nil {
+			return err
+		}
+		c.cached = &cachedReads{maxStale: maxStale}
 		return nil
 	}
 }

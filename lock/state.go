@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// State is a snapshot of a lock, read atomically by one script.
+// State is a snapshot of a lock, read atomically by one script (or, with
+// WithCachedReads, put together from cached reads: see there).
 type State struct {
-	// ServerTime is Redis' clock when the snapshot was taken.
+	// ServerTime is Redis' clock when the snapshot was taken (with
+	// WithCachedReads, the client's estimate of it).
 	ServerTime time.Time
 	// Holders lists the owner fields in the lock hash with their hold
 	// counts; empty when nobody holds the lock. Normally one entry.
@@ -77,27 +79,35 @@ func (s State) CountOf(owner string) int {
 // snapshot in one more pipelined round trip (one read per client, each
 // in its own cluster slot). If that read fails, the State still holds the
 // snapshot and State.DescriptionErr says why; IsLocked, IsHeldBy,
-// HoldCount and RemainTTL do not read them.
+// HoldCount and RemainTTL do not read them. With WithCachedReads both
+// reads go through the client-side cache.
 func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
-	st, err := m.snapshot(ctx, limit)
-	if err != nil {
-		return State{}, err
-	}
-	m.c.describeOwners(ctx, m, &st)
-	return st, nil
+	return m.readState(ctx, readAll, limit)
 }
 
-// snapshot is Inspect without the owners' descriptions: inspect.lua only.
-func (m *Mutex) snapshot(ctx context.Context, limit int) (State, error) {
+// readState is every read method: what kind needs of the lock's state,
+// from the cache (WithCachedReads, cached.go) or inspect.lua, which also
+// sets the cached reads' estimate of the server's clock.
+func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return State{}, err
 	}
 	if limit < 0 {
 		return State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidOption, limit))
 	}
+	if st, ok := m.cachedState(ctx, kind, limit); ok {
+		return st, nil
+	}
+	sent := time.Now()
 	st, err := m.read(ctx, limit)
+	if cr := m.c.cfg.cached; cr != nil {
+		cr.clock.observe(st.ServerTime, sent, time.Now(), err)
+	}
 	if err != nil {
 		return State{}, m.errorf(err)
+	}
+	if kind == readAll {
+		m.c.describeOwners(ctx, m, &st)
 	}
 	return st, nil
 }
@@ -125,26 +135,26 @@ func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
 
 // IsLocked reports whether anyone holds the lock (B9).
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	st, err := m.snapshot(ctx, 0)
+	st, err := m.readState(ctx, readHolders, 0)
 	return st.Locked(), err
 }
 
 // IsHeldBy reports whether owner holds the lock (B9).
 func (m *Mutex) IsHeldBy(ctx context.Context, owner Owner) (bool, error) {
-	st, err := m.snapshot(ctx, 0)
+	st, err := m.readState(ctx, readHolders, 0)
 	return st.CountOf(owner.String()) > 0, err
 }
 
 // HoldCount returns this owner's hold count, 0 when it does not hold the
 // lock (B9).
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	st, err := m.snapshot(ctx, 0)
+	st, err := m.readState(ctx, readHolders, 0)
 	return st.CountOf(m.field), err
 }
 
 // RemainTTL returns the lease left on the lock: 0 when it is free, -1 when
 // it has no expiry (B9).
 func (m *Mutex) RemainTTL(ctx context.Context) (time.Duration, error) {
-	st, err := m.snapshot(ctx, 0)
+	st, err := m.readState(ctx, readTTL, 0)
 	return st.TTL, err
 }
