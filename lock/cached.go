@@ -53,8 +53,9 @@ const clockRefresh = 10 * time.Second
 // script reports whole milliseconds), plus drift.
 type serverClock struct {
 	mu         sync.Mutex
-	server     time.Time // the server's clock at local
-	local      time.Time // local time, with its monotonic reading
+	server     time.Time     // the server's clock at local
+	local      time.Time     // local time, with its monotonic reading
+	rtt        time.Duration // the round trip of the read that set it
 	set        bool
 	refreshing bool // a caller is reading the script to refresh it
 }
@@ -79,17 +80,19 @@ func (c *serverClock) now() (time.Time, bool) {
 
 // observe sets the clock from a script read sent at sent and answered at
 // recv, which saw the server's clock at server (whole milliseconds), or
-// failed (err), which lets the next caller try.
+// failed (err), which lets the next caller try. A fresh estimate from a
+// quicker read is kept: it is the more precise.
 func (c *serverClock) observe(server, sent, recv time.Time, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refreshing = false
-	if err != nil {
+	rtt := recv.Sub(sent)
+	if err != nil || c.set && rtt > c.rtt && time.Since(c.local) < clockRefresh {
 		return
 	}
 	c.server = server.Add(500 * time.Microsecond) // the middle of its millisecond
-	c.local = sent.Add(recv.Sub(sent) / 2)
-	c.set = true
+	c.local = sent.Add(rtt / 2)
+	c.rtt, c.set = rtt, true
 }
 
 // readKind says what a read needs of the lock's state.
