@@ -194,7 +194,8 @@ func testX11DeadGoHeadAfterJava(t *testing.T, s *suite) {
 	}
 	r := await(t, jch, javaLease+eventually, "Redisson waiter behind a dead fairlock head")
 	if r.err != nil {
-		t.Fatal(r.err)
+		st, err := spy.Inspect(ctxFor(t, eventually), 10)
+		t.Fatalf("Redisson waiter: %v (%v after the release); the lock now: %+v (%v)", r.err, time.Since(released), st, err)
 	}
 	if delay := r.at.Sub(released); delay > javaLease+waiterTimeout+slack {
 		t.Errorf("the Redisson waiter acquired %v after the release, want within its timer (%v) and the waiter timeout (%v)", delay, javaLease, waiterTimeout)
