@@ -12,10 +12,10 @@
 // Client options: any standalone, sentinel or cluster client works, and so
 // does a client wrapped by rueidisotel. On servers without CLIENT TRACKING
 // (miniredis, some proxies) set ClientOption.DisableCache; for miniredis
-// also ForceSingleClient. The lock does not use client-side caching: every
-// lock read must see the server's current state, and the wake-up timers
-// already end at the lease expiry, so cached reads bought nothing we could
-// measure (see the README).
+// also ForceSingleClient. Client-side caching serves two things: the head
+// waiter's watch on the lock hash (WatchKey), and, opt-in, lock reads for
+// dashboards (CachedRead, used by lock.WithCachedReads); by default every
+// lock read runs a script and sees the server's current state.
 package rueidisbackend
 
 import (
