@@ -184,29 +184,12 @@ const adminListed = 20
 // run shows the lock, asks, and acts. Messages for people go to stderr,
 // what happened to stdout.
 func (cfg adminConfig) run(ctx context.Context, e env, a adminAction) error {
-	srv, err := cfg.conn.server(e, false)
+	lc, err := cfg.conn.openLock(e, cfg.name)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	ep, err := srv.open(cfg.conn.backend())
-	if err != nil {
-		return err
-	}
-	defer ep.Close()
-	var opts []lock.Option
-	if cfg.conn.prefix != "" {
-		opts = append(opts, lock.WithKeyPrefix(cfg.conn.prefix))
-	}
-	c, err := lock.NewClient(ep.backend, opts...)
-	if err != nil {
-		return usageError("%v", err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex(cfg.name)
-	if err != nil {
-		return usageError("%v", err)
-	}
+	defer lc.Close()
+	ep, c, m := lc.ep, lc.client, lc.m
 	rep, err := inspectOnce(ctx, ep, m, adminListed)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/goredisbackend"
+	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/fairlock/fairlock/valkeybackend"
 	"github.com/redis/go-redis/v9"
@@ -340,4 +341,50 @@ func lockKeys(name string) []string {
 		"fairlock_lock_alive:" + tag,
 		"redisson_lock_token:" + tag,
 	}
+}
+
+// lockConn is a connection to a server, a lock client on it and a Mutex
+// for one lock: what the commands that look at or act on one lock use.
+type lockConn struct {
+	srv    *server
+	ep     *endpoint
+	client *lock.Client
+	m      *lock.Mutex
+}
+
+// openLock connects to the server the flags name (never an embedded one)
+// and opens a lock client with a Mutex for lock name.
+func (c connFlags) openLock(e env, name string) (*lockConn, error) {
+	srv, err := c.server(e, false)
+	if err != nil {
+		return nil, err
+	}
+	lc := &lockConn{srv: srv}
+	if lc.ep, err = srv.open(c.backend()); err != nil {
+		lc.Close()
+		return nil, err
+	}
+	var opts []lock.Option
+	if c.prefix != "" {
+		opts = append(opts, lock.WithKeyPrefix(c.prefix))
+	}
+	if lc.client, err = lock.NewClient(lc.ep.backend, opts...); err == nil {
+		lc.m, err = lc.client.NewMutex(name)
+	}
+	if err != nil {
+		lc.Close()
+		return nil, usageError("%v", err)
+	}
+	return lc, nil
+}
+
+// Close closes the lock client, the endpoint and the server connection.
+func (lc *lockConn) Close() {
+	if lc.client != nil {
+		lc.client.Close()
+	}
+	if lc.ep != nil {
+		lc.ep.Close()
+	}
+	lc.srv.Close()
 }

@@ -177,29 +177,12 @@ type waiter struct {
 }
 
 func (cfg inspectConfig) run(ctx context.Context, e env) error {
-	srv, err := cfg.conn.server(e, false)
+	lc, err := cfg.conn.openLock(e, cfg.name)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	ep, err := srv.open(cfg.conn.backend())
-	if err != nil {
-		return err
-	}
-	defer ep.Close()
-	var opts []lock.Option
-	if cfg.conn.prefix != "" {
-		opts = append(opts, lock.WithKeyPrefix(cfg.conn.prefix))
-	}
-	c, err := lock.NewClient(ep.backend, opts...)
-	if err != nil {
-		return usageError("%v", err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex(cfg.name)
-	if err != nil {
-		return usageError("%v", err)
-	}
+	defer lc.Close()
+	ep, m := lc.ep, lc.m
 
 	clear := cfg.watch && !cfg.json && isTerminal(e.stdout)
 	show := func(n int, rep inspectReport) error {
