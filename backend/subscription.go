@@ -16,10 +16,14 @@ type Event struct {
 }
 
 // Subscription receives the events of one channel (or of one key, for
-// KeyWatcher). Events are coalesced: the channel holds at most one pending
-// event and further ones are dropped while it is full, so a slow receiver
-// never stalls the connection's reader. A receiver therefore treats any
-// event as "re-check now", not as a count.
+// KeyWatcher). Events are coalesced, so a slow receiver never stalls the
+// connection's reader: the channel holds at most one pending event. A
+// newer message replaces a pending message - the receiver sees the latest
+// one, which for a lock waiter is the one that matters (a hand-over grant
+// after a "you are first in line") - and a Reconnect replaces a pending
+// message and is kept over later messages, since it tells the receiver to
+// re-check everything. A receiver therefore treats events as the latest
+// news, not as a count.
 //
 // An adapter builds Subscriptions with NewSubscription (pubsub.Hub does so
 // for the adapters that use it).
@@ -28,11 +32,12 @@ type Subscription struct {
 	events  chan Event
 	stop    func()
 	once    sync.Once
+	offers  sync.Mutex // one offer at a time, so a replacement is atomic
 }
 
 // NewSubscription returns a Subscription of channel and the function that
-// delivers an event to it. deliver never blocks (it drops the event when
-// one is already pending) and may be called from any goroutine, also after
+// delivers an event to it. deliver never blocks (it replaces or keeps a
+// pending event, as Subscription says) and may be called from any goroutine, also after
 // Close, when the event is simply never read. stop, which may be nil, runs
 // once, at the first Close: the adapter stops delivering there and drops
 // the server-side subscription when no other Subscription needs it.
@@ -58,8 +63,22 @@ func (s *Subscription) Close() {
 }
 
 func (s *Subscription) offer(e Event) {
-	select {
-	case s.events <- e:
-	default: // an event is already pending; the receiver will re-check anyway
+	s.offers.Lock()
+	defer s.offers.Unlock()
+	for {
+		select {
+		case s.events <- e:
+			return
+		default:
+		}
+		// Full: take the pending event back and keep what matters. Only
+		// offers fill the channel, one at a time, so the next try fits.
+		select {
+		case pending := <-s.events:
+			if pending.Reconnect {
+				e = pending
+			}
+		default: // the receiver took it meanwhile
+		}
 	}
 }

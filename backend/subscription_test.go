@@ -22,9 +22,9 @@ func TestNewSubscriptionWithoutHub(t *testing.T) {
 	default:
 	}
 	deliver(backend.Event{Payload: "0"})
-	deliver(backend.Event{Reconnect: true}) // coalesced: one is pending
-	if e := <-s.Events(); e.Payload != "0" || e.Reconnect {
-		t.Errorf("event %+v, want the first delivered", e)
+	deliver(backend.Event{Payload: "1"}) // coalesced: one is pending, the latest
+	if e := <-s.Events(); e.Payload != "1" || e.Reconnect {
+		t.Errorf("event %+v, want the latest delivered", e)
 	}
 	select {
 	case e := <-s.Events():
@@ -117,4 +117,38 @@ func ExampleNewSubscription() {
 	fmt.Printf("%+v\n", <-s.Events())
 	s.Close()
 	// Output: {Payload:0 Reconnect:false}
+}
+
+// TestSubscriptionKeepsTheLatestNews: while an event is pending, a newer
+// message replaces an older one (a lock waiter told "you are first in
+// line" and then granted the lock before it ran must see the grant; the
+// grant used to be dropped, and the waiter slept until its heartbeat), and
+// a Reconnect replaces a message and outlives later ones.
+func TestSubscriptionKeepsTheLatestNews(t *testing.T) {
+	reconnect := backend.Event{Reconnect: true}
+	for _, tc := range []struct {
+		name    string
+		offered []backend.Event
+		want    backend.Event
+	}{
+		{"LatestMessage", []backend.Event{{Payload: "head:100"}, {Payload: "grant:7:1"}}, backend.Event{Payload: "grant:7:1"}},
+		{"ReconnectOverMessage", []backend.Event{{Payload: "0"}, reconnect}, reconnect},
+		{"ReconnectKept", []backend.Event{reconnect, {Payload: "0"}, {Payload: "grant:7:1"}}, reconnect},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, deliver := backend.NewSubscription("ch", nil)
+			defer s.Close()
+			for _, e := range tc.offered {
+				deliver(e)
+			}
+			if got := <-s.Events(); got != tc.want {
+				t.Errorf("received %+v, want %+v", got, tc.want)
+			}
+			select {
+			case e := <-s.Events():
+				t.Errorf("a second event %+v pending, want one at most", e)
+			default:
+			}
+		})
+	}
 }

@@ -362,16 +362,22 @@ func TestNewSubscriptionGetsNoMessageFromBeforeSubscribe(t *testing.T) {
 			second := r.s
 			defer second.Close()
 
-			conn.publish("ch", "new")
-			// Events coalesce: had "old" reached the second Subscription,
-			// it would still be pending and "new" dropped.
-			if e := next(t, second); e.Payload != "new" {
-				t.Errorf("the new Subscription received %+v first, want the message published after Subscribe returned", e)
+			// The reader passed "old" on before the confirmation that let
+			// Subscribe return: had it reached the second Subscription, it
+			// would be pending now.
+			select {
+			case e := <-second.Events():
+				t.Errorf("the new Subscription received %+v, published before Subscribe was called", e)
+			default:
 			}
 			if !tc.closeFirst {
 				if e := next(t, first); e.Payload != "old" {
 					t.Errorf("the first Subscription received %+v first, want the message published while it listened", e)
 				}
+			}
+			conn.publish("ch", "new")
+			if e := next(t, second); e.Payload != "new" {
+				t.Errorf("the new Subscription received %+v, want the message published after Subscribe returned", e)
 			}
 		})
 	}
