@@ -268,6 +268,9 @@ func (m *Mutex) newCachedOwners(fields, queue []backend.Reply) *cachedOwners {
 			append([]string{"ZMSCORE", m.keys.alive}, o.waiters...),
 			append([]string{"ZMSCORE", m.keys.timeouts}, o.waiters...))
 	}
+	if len(fields) > 0 { // holders: the expiries holderEvidence compares
+		o.cmds = append(o.cmds, []string{"PEXPIRETIME", m.keys.hash}, []string{"PEXPIRETIME", m.keys.token})
+	}
 	return o
 }
 
@@ -332,6 +335,13 @@ func (o *cachedOwners) describe(st *State) {
 	}
 	if err := decodeDescriptions(results, o.clients, o.known, st.Queue); err != nil {
 		st.DescriptionErr = fmt.Errorf("lock %q: client descriptions: %w", o.m.name, err)
+	}
+	if len(st.Holders) > 0 && len(o.reps) >= 2 {
+		hash, err1 := o.reps[len(o.reps)-2].AsInt()
+		token, err2 := o.reps[len(o.reps)-1].AsInt()
+		if err1 == nil && err2 == nil {
+			holderEvidence(st.Holders, o.facts, hash, token)
+		}
 	}
 	for i := range st.Holders {
 		st.Holders[i].Kind, st.Holders[i].Description = o.facts(st.Holders[i].Owner).describe()

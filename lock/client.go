@@ -46,7 +46,7 @@ type Client struct {
 // built per Client like scriptSet. Each file builds its script's KEYS and
 // ARGV next to its embedded Lua.
 type extraScripts struct {
-	extend, prune, describe, readDescription, waiterKinds *backend.Script
+	extend, prune, describe, readDescription, waiterKinds, holderTTLs *backend.Script
 }
 
 func newExtraScripts() extraScripts {
@@ -56,6 +56,7 @@ func newExtraScripts() extraScripts {
 		describe:        backend.NewScript("describe", describeLua),
 		readDescription: backend.NewScript("read_description", readDescriptionLua),
 		waiterKinds:     backend.NewScript("waiter_kinds", waiterKindsLua),
+		holderTTLs:      backend.NewScript("holder_ttls", holderTTLsLua),
 	}
 }
 

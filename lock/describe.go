@@ -21,6 +21,8 @@ var (
 	readDescriptionLua string
 	//go:embed scripts/waiter_kinds.lua
 	waiterKindsLua string
+	//go:embed scripts/holder_ttls.lua
+	holderTTLsLua string
 )
 
 // Description says who a client is, for people looking at a lock: Inspect
@@ -44,18 +46,20 @@ type ClientKind string
 
 // Client kinds. Owner fields have the same form whoever writes them, so
 // the kind comes from evidence, per client ID: a description, a waiter's
-// fairlock liveness deadline (X2), or the ID of the client that inspects.
+// fairlock liveness deadline (X2), the ID of the client that inspects, or,
+// for a holder, the fencing counter's expiry (holderEvidence).
 const (
-	// KindUnknown: no evidence either way - a holder of a fairlock client
-	// without a description (and with no waiter queued), or of a Redisson
-	// client with no waiter queued.
+	// KindUnknown: no evidence either way - a holder of a lock hash without
+	// an expiry, and an owner field of another form.
 	KindUnknown ClientKind = ""
 	// KindFairlock: a fairlock client - it describes itself, one of its
-	// listed waiters heartbeats, or it is the client that inspects.
+	// listed waiters heartbeats, it is the client that inspects, or it
+	// holds and the fencing counter lives at least as long as the hold.
 	KindFairlock ClientKind = "fairlock"
 	// KindRedisson: a client that queues without fairlock's heartbeat - a
 	// Redisson client (or another implementation of RFairLock): one of its
-	// listed waiters has no fairlock liveness deadline and nothing says
+	// listed waiters has no fairlock liveness deadline, or it holds and the
+	// fencing counter is gone or dies before the hold; and nothing says
 	// fairlock.
 	KindRedisson ClientKind = "redisson"
 )
@@ -176,9 +180,20 @@ func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State) {
 	if len(waiters) > 0 {
 		calls = append(calls, backend.Call{Script: c.extra.waiterKinds, Keys: m.keys.scriptKeys(), Args: waiters})
 	}
+	if len(st.Holders) > 0 {
+		calls = append(calls, backend.Call{Script: c.extra.holderTTLs, Keys: m.keys.scriptKeys()})
+	}
 	results, err := c.readDescriptions(ctx, calls)
 	if err == nil {
 		err = decodeDescriptions(results, clients, known, st.Queue)
+	}
+	if err == nil && len(st.Holders) > 0 {
+		ttls, terr := results[len(results)-1].Reply.AsInts()
+		if terr != nil || len(ttls) != 2 {
+			err = fmt.Errorf("%w: holder_ttls: %v", ErrUnexpectedReply, results[len(results)-1].Reply)
+		} else {
+			holderEvidence(st.Holders, facts, ttls[0], ttls[1])
+		}
 	}
 	if err != nil {
 		st.DescriptionErr = fmt.Errorf("lock %q: client descriptions: %w", m.name, err)
@@ -188,6 +203,25 @@ func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State) {
 	}
 	for i := range st.Queue {
 		st.Queue[i].Kind, st.Queue[i].Description = facts(st.Queue[i].Owner).describe()
+	}
+}
+
+// holderEvidence tells a fairlock holder from a Redisson one by the
+// fencing counter: fairlock keeps the counter alive at least as long as
+// any hold it issues a token for (prelude.lua: next_token, extend), while
+// Redisson never touches it. hash and token are the two keys' PTTLs (or
+// PEXPIRETIMEs) read together; a hash without expiry says nothing. A
+// Redisson hold taken just after a fairlock hold with a longer lease can
+// pass for fairlock while that counter lives: it is evidence, not proof.
+func holderEvidence(holders []Holder, facts func(owner string) *ownerFacts, hash, token int64) {
+	if hash < 0 {
+		return
+	}
+	for _, h := range holders {
+		if f := facts(h.Owner); f != nil {
+			f.fairlock = f.fairlock || token >= hash
+			f.redisson = f.redisson || token < hash
+		}
 	}
 }
 

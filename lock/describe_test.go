@@ -105,10 +105,11 @@ func TestDescription_LivesWithItsClient(t *testing.T) {
 	}
 }
 
-// TestInspect_TellsRedissonOwners: owners without any fairlock evidence
-// are told apart: a waiter without a liveness deadline is a Redisson
-// waiter, and so is the holder of the same client ID; an undescribed
-// fairlock holder is unknown to others and fairlock to its own client.
+// TestInspect_TellsRedissonOwners: owners without a description are told
+// apart: a waiter without a liveness deadline is a Redisson waiter; a
+// holder is fairlock's when the fencing counter lives at least as long as
+// the hold (fairlock keeps it so), Redisson's when the counter is gone or
+// dies first - also with nobody queued.
 func TestInspect_TellsRedissonOwners(t *testing.T) {
 	srv := realServer(t)
 	plain := realClient(t, srv)
@@ -122,7 +123,7 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 	for _, tc := range []struct {
 		from *lock.Client
 		want lock.ClientKind
-	}{{admin, lock.KindUnknown}, {plain, lock.KindFairlock}} {
+	}{{admin, lock.KindFairlock}, {plain, lock.KindFairlock}} {
 		st, err := realMutex(t, tc.from, "kinds-fairlock").Inspect(ctx, 10)
 		if err != nil || st.DescriptionErr != nil {
 			t.Fatal(err, st.DescriptionErr)
@@ -146,6 +147,26 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 	}
 	if len(st.Queue) != 1 || st.Queue[0].Kind != lock.KindRedisson || st.Queue[0].Description != nil {
 		t.Errorf("Redisson waiter: %+v, want kind redisson", st.Queue)
+	}
+
+	// A Redisson holder alone, right after a fairlock hold: the counter
+	// that hold left dies before Redisson's 30 s lease.
+	const after = "kinds-after-fairlock"
+	fm := realMutex(t, plain, after)
+	if _, err := fm.LockWithLease(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := fm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, srv, "HSET", after, "java:1", "1")
+	mustDo(t, srv, "PEXPIRE", after, "30000")
+	st, err = realMutex(t, admin, after).Inspect(ctx, 10)
+	if err != nil || st.DescriptionErr != nil {
+		t.Fatal(err, st.DescriptionErr)
+	}
+	if len(st.Holders) != 1 || st.Holders[0].Kind != lock.KindRedisson {
+		t.Errorf("Redisson holder with nobody queued, after a fairlock hold: %+v, want kind redisson", st.Holders)
 	}
 }
 

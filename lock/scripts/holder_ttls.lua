@@ -1,0 +1,12 @@
+-- holder_ttls.lua: the lock hash's and the fencing counter's PTTLs, read
+-- together (Mutex.Inspect tells fairlock holders from Redisson ones by
+-- them: holderEvidence in describe.go).
+--
+-- KEYS[1] lock hash
+-- KEYS[2] queue (unused; every lock script takes the same five keys)
+-- KEYS[3] timeouts (unused)
+-- KEYS[4] alive (unused)
+-- KEYS[5] token counter
+--
+-- Returns {PTTL of the hash, PTTL of the counter}. Changes nothing.
+return {redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[5])}
