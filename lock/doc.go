@@ -25,9 +25,20 @@
 // wait. Queued owners re-run acquire at least every third of the waiter
 // timeout, which refreshes their deadline (a heartbeat), and are woken
 // earlier by a message on their own channel when the lock is released or
-// the head changes. The head never waits longer than the lease left, so a
-// crashed holder's lock passes on without an unlock. Time is always the
-// server's.
+// the head changes. A release grants the lock to a live fairlock waiter at
+// the head in the same script and says so in that message, so the waiter
+// holds without another round trip (wait.go, adopt); the waiter that
+// becomes first in line behind it is told how long the hold has left. The
+// head never waits longer than the lease left, so a crashed holder's lock
+// passes on without an unlock. Time is always the server's.
+//
+// # For operators
+//
+// WithDescription makes a client say who it is (host, process, a name) for
+// Inspect and `fairlock inspect`; Mutex.Extend extends an explicit lease;
+// Client.PruneWaiters drops dead waiters; WithCachedReads serves the read
+// methods from the client-side cache for dashboards; Mutex.Locker adapts a
+// Mutex to sync.Locker.
 //
 // # Guarantees
 //
