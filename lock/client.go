@@ -46,12 +46,11 @@ type Client struct {
 // built per Client like scriptSet. Each file builds its script's KEYS and
 // ARGV next to its embedded Lua.
 type extraScripts struct {
-	extend, prune, describe, readDescription, waiterKinds, holderTTLs *backend.Script
+	prune, describe, readDescription, waiterKinds, holderTTLs *backend.Script
 }
 
 func newExtraScripts() extraScripts {
 	return extraScripts{
-		extend:          backend.NewScript("extend", preludeLua+"\n"+extendLua),
 		prune:           backend.NewScript("prune", preludeLua+"\n"+pruneLua),
 		describe:        backend.NewScript("describe", describeLua),
 		readDescription: backend.NewScript("read_description", readDescriptionLua),

@@ -257,20 +257,15 @@ func (f *ownerFacts) describe() (ClientKind, *Description) {
 func (c *Client) readDescriptions(ctx context.Context, calls []backend.Call) ([]backend.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
-	retry := newRetrier(c.closing)
-	for attempt := 1; ; attempt++ {
-		results := c.b.EvalBatch(ctx, calls)
-		err := batchErr(results, len(calls))
-		if err == nil {
-			return results, nil
-		}
-		if attempt == readAttempts || !transient(err) || ctx.Err() != nil {
-			return nil, err
-		}
-		if err := retry.pause(ctx, err); err != nil {
-			return nil, err
-		}
+	var results []backend.Result
+	err := c.retryRead(ctx, func() error {
+		results = c.b.EvalBatch(ctx, calls)
+		return batchErr(results, len(calls))
+	})
+	if err != nil {
+		return nil, err
 	}
+	return results, nil
 }
 
 // batchErr returns the first error of a batch's results, or one for a

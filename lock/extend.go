@@ -2,18 +2,12 @@ package lock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/fairlock/fairlock/backend"
 )
 
-// Mutex.Extend: extend.lua and the Go that calls it.
-
-//go:embed scripts/extend.lua
-var extendLua string
+// Mutex.Extend: renew.lua with the new lease, through the owner's gate.
 
 // Extend makes h, a hold of this owner taken with an explicit lease
 // (LockWithLease, or TryLock and TryLockOnce with a lease), last at least
@@ -69,12 +63,12 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if err != nil {
 		return m.errorf(err)
 	}
-	held, sent, err := m.sendExtend(ctx, h, extendCall{owner: m.field, lease: lease, token: view.token})
+	held, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token})
 	switch {
 	case err == nil && !held:
 		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return m.errorf(h.Err())
-	case err == nil && h.extended(sent, lease):
+	case err == nil && h.renewed(sent, lease):
 		return nil
 	case h.live():
 		// Outcome unknown: the server may have extended the hold, which
@@ -90,17 +84,19 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	return m.errorf(h.Err())
 }
 
-// sendExtend runs extend.lua, retrying transient errors with back-off
-// while ctx and h last. It returns whether the hold still exists and when
-// the request that answered was sent.
-func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call extendCall) (bool, time.Time, error) {
+// sendExtend runs renew.lua - which lengthens the hold only while it is
+// still this owner's hold with this token, and never shortens it -
+// retrying transient errors with back-off while ctx and h last. It returns
+// whether the hold still exists and when the request that answered was
+// sent.
+func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call renewCall) (bool, time.Time, error) {
 	keys, args := m.keys.scriptKeys(), call.args()
 	retry := newRetrier(m.c.closing)
 	for {
 		sent := time.Now()
-		rep, err := m.c.b.Eval(ctx, m.c.extra.extend, keys, args)
+		rep, err := m.c.b.Eval(ctx, m.c.scripts.renew, keys, args)
 		if err == nil {
-			held, err := decodeExtend(rep)
+			held, err := decodeRenew(rep)
 			return held, sent, err
 		}
 		if !transient(err) || ctx.Err() != nil || !h.live() {
@@ -146,39 +142,4 @@ func (h *Hold) extension(o *ownerState) (holdView, error) {
 		return holdView{}, ErrWatchdogHold
 	}
 	return holdView{token: h.token, count: h.count}, nil
-}
-
-// extended records an Extend to lease sent at sent that the server
-// acknowledged, as a renewal does (a hand-over grant is taken up too). It
-// reports false when the hold had ended meanwhile.
-func (h *Hold) extended(sent time.Time, lease time.Duration) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err != nil {
-		return false
-	}
-	h.unconfirmed = false
-	h.extendLocked(sent, lease)
-	return true
-}
-
-// extendCall is one run of extend.lua: the five script keys, and these
-// arguments.
-type extendCall struct {
-	owner string
-	lease time.Duration
-	token int64
-}
-
-func (e extendCall) args() []string {
-	return []string{e.owner, ms(e.lease), itoa(e.token)}
-}
-
-// decodeExtend reports whether the hold still exists (and was extended).
-func decodeExtend(rep backend.Reply) (bool, error) {
-	n, err := rep.AsInt()
-	if err != nil || (n != 0 && n != 1) {
-		return false, fmt.Errorf("%w: extend: %v", ErrUnexpectedReply, rep)
-	}
-	return n == 1, nil
 }

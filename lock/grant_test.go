@@ -44,7 +44,7 @@ func TestParseHead(t *testing.T) {
 		{"", 0, false},
 	}
 	for _, tc := range tests {
-		got, ok := parseHead(grantMessage{head: tc.payload})
+		got, ok := parseHead(tc.payload)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("parseHead(%q) = %v, %t, want %v, %t", tc.payload, got, ok, tc.want, tc.ok)
 		}

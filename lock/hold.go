@@ -181,13 +181,18 @@ func (h *Hold) renewal() (lease time.Duration, token int64, ok bool) {
 	return lease, h.token, true
 }
 
-// renewed records a renewal to lease sent at sent that the server
-// acknowledged.
-func (h *Hold) renewed(sent time.Time, lease time.Duration) {
+// renewed records a renewal (or Extend) to lease sent at sent that the
+// server acknowledged; a hand-over grant is taken up by it. It reports
+// false when the hold had ended meanwhile.
+func (h *Hold) renewed(sent time.Time, lease time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.err != nil {
+		return false
+	}
 	h.unconfirmed = false
 	h.extendLocked(sent, lease)
+	return true
 }
 
 // extendLocked moves the deadline to sent+lease (less the guard) when that

@@ -4,8 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-
-	"github.com/fairlock/fairlock/backend"
 )
 
 // Client.PruneWaiters: prune.lua and the Go that calls it.
@@ -43,36 +41,20 @@ func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 		return 0, pruneErr(name, err)
 	}
 	defer end()
-	rep, err := c.b.Eval(ctx, c.extra.prune, m.keys.scriptKeys(), pruneCall{wake: m.wake()}.args())
+	rep, err := c.b.Eval(ctx, c.extra.prune, m.keys.scriptKeys(), evictArgs(m.wake()))
 	if err != nil {
 		return 0, pruneErr(name, err)
 	}
-	n, err := decodePrune(rep)
+	n, err := decodeCount("prune", rep)
+	if err == nil && n < 0 {
+		err = fmt.Errorf("%w: prune: %v", ErrUnexpectedReply, rep)
+	}
 	if err != nil {
 		return 0, pruneErr(name, err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 func pruneErr(name string, err error) error {
 	return fmt.Errorf("lock %q: prune waiters: %w", name, err)
-}
-
-// pruneCall is one run of prune.lua: the five script keys, and these
-// arguments.
-type pruneCall struct {
-	wake wakeArgs
-}
-
-func (p pruneCall) args() []string {
-	return []string{p.wake.channelPrefix, p.wake.publish}
-}
-
-// decodePrune returns the number of waiters prune.lua removed.
-func decodePrune(rep backend.Reply) (int, error) {
-	n, err := rep.AsInt()
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%w: prune: %v", ErrUnexpectedReply, rep)
-	}
-	return int(n), nil
 }

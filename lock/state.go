@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fairlock/fairlock/backend"
 )
 
 // State is a snapshot of a lock, read atomically by one script (or, with
@@ -118,17 +120,28 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 const readAttempts = 3
 
 func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
-	retry := newRetrier(m.c.closing)
+	var rep backend.Reply
+	err := m.c.retryRead(ctx, func() (err error) {
+		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect, m.keys.scriptKeys(), inspectArgs(limit))
+		return err
+	})
+	if err != nil {
+		return State{}, err
+	}
+	return decodeInspect(rep)
+}
+
+// retryRead runs read, again after a transient error, at most
+// readAttempts times with back-off.
+func (c *Client) retryRead(ctx context.Context, read func() error) error {
+	retry := newRetrier(c.closing)
 	for attempt := 1; ; attempt++ {
-		rep, err := m.c.b.Eval(ctx, m.c.scripts.inspect, m.keys.scriptKeys(), inspectArgs(limit))
-		if err == nil {
-			return decodeInspect(rep)
-		}
-		if attempt == readAttempts || !transient(err) || ctx.Err() != nil {
-			return State{}, err
+		err := read()
+		if err == nil || attempt == readAttempts || !transient(err) || ctx.Err() != nil {
+			return err
 		}
 		if err := retry.pause(ctx, err); err != nil {
-			return State{}, err
+			return err
 		}
 	}
 }

@@ -285,77 +285,61 @@ func (w *waiter) becameHead() {
 // hand-over grant the wake-up announced, if any. A wake-up that only says
 // the owner is now first in line, and how long the hold has left
 // ("head:<ms>", wake in prelude.lua), shortens the wait without a round
-// trip; a head that has waited watchDelay starts watching the lock hash.
+// trip; a head that has waited watchDelay starts watching the lock hash
+// (one try per sleep: a failed watch costs only the early wake-up).
 // Since Go 1.23 Reset also discards a tick nobody received.
 func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, error) {
 	end := time.Now().Add(max(hint, time.Millisecond))
-	armed := false // one try per sleep: a failed watch costs only the early wake-up
+	tried := false
 	for {
-		wait, arming := time.Until(end), false
-		if !armed && !w.headAt.IsZero() && w.watch.sub == nil {
-			if armIn := time.Until(w.headAt.Add(watchDelay)); armIn < wait {
-				wait, arming = armIn, true
+		wake := end
+		if !tried && !w.headAt.IsZero() && w.watch.sub == nil {
+			armAt := w.headAt.Add(watchDelay)
+			if !time.Now().Before(armAt) {
+				w.watch.arm(ctx, w.m)
+				tried = true
+				continue
 			}
-		}
-		if arming && wait <= 0 {
-			w.watch.arm(ctx, w.m)
-			armed = true
-			continue
+			wake = earliest(end, armAt)
 		}
 		if w.timer == nil {
-			w.timer = time.NewTimer(wait)
+			w.timer = time.NewTimer(time.Until(wake))
 		} else {
-			w.timer.Reset(wait)
+			w.timer.Reset(time.Until(wake))
 		}
-		g, again, err := w.sleepOnce(ctx, arming)
-		switch {
-		case !again:
-			return g, err
-		case g.head == "": // the timer, to arm the watch
-			w.watch.arm(ctx, w.m)
-			armed = true
-		default:
-			if ttl, ok := parseHead(g); ok {
+		select {
+		case e := <-w.sub.Events():
+			w.woke(e)
+			if !strings.HasPrefix(e.Payload, headPrefix) {
+				return parseGrant(e.Payload), nil
+			}
+			if ttl, ok := parseHead(e.Payload); ok {
 				w.becameHead()
 				end = earliest(end, time.Now().Add(ttl))
 			}
+		case e := <-w.watch.events():
+			w.watch.stop() // fired: armed again while still the head
+			w.woke(e)
+			// A hand-over changes the hash too, and its grant message comes
+			// on the same connection right behind the invalidation: let the
+			// reader deliver it, and take the grant without a round trip.
+			runtime.Gosched()
+			select {
+			case e := <-w.sub.Events():
+				return parseGrant(e.Payload), nil
+			default:
+			}
+			return grantMessage{}, nil
+		case <-w.timer.C:
+			if !time.Now().Before(end) {
+				return grantMessage{}, nil
+			} // else the watch is due
+		case <-ctx.Done():
+			return grantMessage{}, ctx.Err()
+		case <-w.m.c.closing:
+			return grantMessage{}, ErrClosed
 		}
 	}
-}
-
-// sleepOnce waits for one event. again is true when the wait goes on:
-// the timer fired to arm the watch (arming), or a head message came (its
-// payload in g.head).
-func (w *waiter) sleepOnce(ctx context.Context, arming bool) (g grantMessage, again bool, err error) {
-	select {
-	case e := <-w.sub.Events():
-		w.woke(e)
-		if strings.HasPrefix(e.Payload, headPrefix) {
-			return grantMessage{head: e.Payload}, true, nil
-		}
-		return parseGrant(e.Payload), false, nil
-	case e := <-w.watch.events():
-		w.watch.stop() // fired: armed again while still the head
-		w.woke(e)
-		// A hand-over changes the hash too, and its grant message comes on
-		// the same connection right behind the invalidation: let the
-		// reader deliver it, and take the grant without a round trip.
-		runtime.Gosched()
-		select {
-		case e := <-w.sub.Events():
-			return parseGrant(e.Payload), false, nil
-		default:
-		}
-	case <-w.timer.C:
-		if arming {
-			return grantMessage{}, true, nil
-		}
-	case <-ctx.Done():
-		return grantMessage{}, false, ctx.Err()
-	case <-w.m.c.closing:
-		return grantMessage{}, false, ErrClosed
-	}
-	return grantMessage{}, false, nil
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -370,21 +354,20 @@ func earliest(a, b time.Time) time.Time {
 const headPrefix = "head:"
 
 // parseHead returns the time left that a head message announced.
-func parseHead(g grantMessage) (time.Duration, bool) {
-	ms, err := strconv.ParseInt(strings.TrimPrefix(g.head, headPrefix), 10, 64)
-	if g.head == "" || err != nil || ms <= 0 {
+func parseHead(payload string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(payload, headPrefix)
+	ms, err := strconv.ParseInt(rest, 10, 64)
+	if !ok || err != nil || ms <= 0 {
 		return 0, false
 	}
 	return time.Duration(ms) * time.Millisecond, true
 }
 
 // grantMessage is a hand-over grant announced on an owner's channel
-// ("grant:<token>:<server µs>", hand_over in prelude.lua), or a head
-// message.
+// ("grant:<token>:<server µs>", hand_over in prelude.lua).
 type grantMessage struct {
-	token int64  // 0: not a grant
-	at    int64  // the server's time when it was granted, µs
-	head  string // a head message's payload
+	token int64 // 0: not a grant
+	at    int64 // the server's time when it was granted, µs
 }
 
 func parseGrant(payload string) grantMessage {

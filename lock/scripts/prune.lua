@@ -25,7 +25,9 @@
 -- waiters judged by their own deadlines.
 local now = server_now()
 local before = redis.call('llen', KEYS[2])
-purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
+-- Only dead owners are removed below, so the live head purge returns
+-- stays the head.
+local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
 for _, zset in ipairs({KEYS[4], KEYS[3]}) do
   for _, owner in ipairs(redis.call('zrangebyscore', zset, '-inf', now)) do
     if is_dead(KEYS[3], KEYS[4], owner, now) then
@@ -37,6 +39,6 @@ for _, zset in ipairs({KEYS[4], KEYS[3]}) do
 end
 local removed = before - redis.call('llen', KEYS[2])
 if removed > 0 and redis.call('exists', KEYS[1]) == 0 then
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[1], ARGV[2])
+  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[1], ARGV[2], head, live)
 end
 return removed
