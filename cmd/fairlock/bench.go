@@ -194,11 +194,7 @@ func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID 
 	}
 	defer ep.Close()
 	res.ClientTracking = ep.tracking
-	var opts []lock.Option
-	if cfg.conn.prefix != "" {
-		opts = append(opts, lock.WithKeyPrefix(cfg.conn.prefix))
-	}
-	c, err := lock.NewClient(ep.backend, opts...)
+	c, err := lock.NewClient(ep.backend, cfg.conn.lockOptions()...)
 	if err != nil {
 		return res, usageError("%v", err)
 	}

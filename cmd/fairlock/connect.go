@@ -364,11 +364,7 @@ func (c connFlags) openLock(e env, name string) (*lockConn, error) {
 		lc.Close()
 		return nil, err
 	}
-	var opts []lock.Option
-	if c.prefix != "" {
-		opts = append(opts, lock.WithKeyPrefix(c.prefix))
-	}
-	if lc.client, err = lock.NewClient(lc.ep.backend, opts...); err == nil {
+	if lc.client, err = lock.NewClient(lc.ep.backend, c.lockOptions()...); err == nil {
 		lc.m, err = lc.client.NewMutex(name)
 	}
 	if err != nil {
@@ -387,4 +383,13 @@ func (lc *lockConn) Close() {
 		lc.ep.Close()
 	}
 	lc.srv.Close()
+}
+
+// lockOptions are the lock client options the flags ask for: the key
+// prefix, if any.
+func (c connFlags) lockOptions() []lock.Option {
+	if c.prefix == "" {
+		return nil
+	}
+	return []lock.Option{lock.WithKeyPrefix(c.prefix)}
 }

@@ -277,10 +277,7 @@ func (cfg demoConfig) run(ctx context.Context, e env) (rep demoReport, err error
 }
 
 func (d *demo) newClient(obs lock.Observer) (*lock.Client, error) {
-	opts := []lock.Option{lock.WithLease(demoLease)}
-	if d.cfg.conn.prefix != "" {
-		opts = append(opts, lock.WithKeyPrefix(d.cfg.conn.prefix))
-	}
+	opts := append([]lock.Option{lock.WithLease(demoLease)}, d.cfg.conn.lockOptions()...)
 	if obs != nil {
 		opts = append(opts, lock.WithObserver(obs))
 	}

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 // fmtDur formats d for a table: about three significant digits, in µs, ms
@@ -78,31 +79,10 @@ type durStats struct {
 	min, p50, p99, max time.Duration
 }
 
-// summarise returns the statistics of sample (which it sorts).
+// summarise returns the statistics of sample (which it sorts), as
+// lockbench computes them.
 func summarise(sample []time.Duration) durStats {
-	if len(sample) == 0 {
-		return durStats{}
-	}
-	slices.Sort(sample)
-	s := durStats{
-		Count: len(sample),
-		min:   sample[0],
-		p50:   percentile(sample, 50),
-		p99:   percentile(sample, 99),
-		max:   sample[len(sample)-1],
-	}
-	s.Min, s.P50, s.P99, s.Max = millis(s.min), millis(s.p50), millis(s.p99), millis(s.max)
-	return s
-}
-
-// percentile returns the p-th percentile of sorted by the nearest-rank
-// method.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
+	return statsOf(lockbench.Summarize(sample))
 }
 
 // String formats the statistics for a summary line.
