@@ -181,7 +181,11 @@ func testX11DeadGoHeadAfterJava(t *testing.T, s *suite) {
 	}
 	spy := s.newProc(t).mutex(t, name)
 	cb := &crashableBackend{Backend: s.newBackend(t)}
-	dead := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(waiterTimeout)), name)
+	// A heartbeat the head sent just before it crashed can reach the
+	// server just after the release and take the lock (a real crash can
+	// do that too); its lease, no longer renewed, then bounds the wait
+	// like the Java holder's.
+	dead := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(waiterTimeout), lock.WithLease(javaLease)), name)
 	goAcquire(func() (*lock.Hold, error) { return dead.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, spy, 1)
 	j := rc.lock(name, 2)
