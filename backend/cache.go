@@ -14,7 +14,7 @@ import (
 //
 // Commands: each is a read-only command on one key, the key at cmds[i][1],
 // whose reply changes only when that key is written: GET, HGET, HGETALL,
-// HLEN, LLEN, LRANGE, ZCARD, ZMSCORE, ZSCORE and PEXPIRETIME. Not PTTL or
+// HLEN, LLEN, LRANGE, ZCARD, ZCOUNT, ZMSCORE, ZSCORE and PEXPIRETIME. Not PTTL or
 // TTL (their reply changes with time, which invalidates nothing), not
 // scripts (the server does not track EVAL), nothing that writes.
 //

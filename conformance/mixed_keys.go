@@ -19,6 +19,7 @@ func mixedKeyCases() []testCase {
 		{name: "X11_AnySlackAndJavaWaitKeepGoWaitersInLine", run: testX11AnySlack},
 		{name: "X11_DeadGoHeadDelaysRedissonAtMostWaiterTimeout", run: testX11DeadGoHead},
 		{name: "X11_DeadGoHeadBehindRedissonHolderIsDroppedByRedisson", run: testX11DeadGoHeadAfterJava},
+		{name: "X11_RedissonDropsTheEntryAGoWaiterLeft", run: testX11RedissonDropsLeftEntry},
 		{name: "X15_KeysDisappearAfterTheLastOwner", run: testX15Keys},
 		{name: "X15_LatchesLiveSeconds", run: testX15Latches},
 	}

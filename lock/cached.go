@@ -24,6 +24,7 @@ import (
 //	PTTL hash                        PEXPIRETIME hash, less the server's clock
 //	GET token                        GET token
 //	LLEN queue                       LLEN queue
+//	ZCOUNT alive 0 0                 ZCOUNT alive 0 0
 //	HGETALL hash                     HGETALL hash
 //	LRANGE queue 0 limit-1           LRANGE queue 0 limit-1
 //	ZSCORE alive|timeouts owner      ZMSCORE alive|timeouts owners...
@@ -179,7 +180,7 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 		rep[1], err = pttl(reps[0], now)
 		return backend.ArrayReply(rep...), nil, err
 	}
-	cmds := [][]string{{"HGETALL", k.hash}, {"PEXPIRETIME", k.hash}, {"GET", k.token}, {"LLEN", k.queue}}
+	cmds := [][]string{{"HGETALL", k.hash}, {"PEXPIRETIME", k.hash}, {"GET", k.token}, {"LLEN", k.queue}, {"ZCOUNT", k.alive, leftMark, leftMark}}
 	if limit > 0 {
 		cmds = append(cmds, []string{"LRANGE", k.queue, "0", strconv.Itoa(limit - 1)})
 	}
@@ -190,7 +191,9 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 	if rep[1], err = pttl(reps[1], now); err != nil {
 		return backend.Reply{}, nil, err
 	}
-	rep[3] = reps[3]
+	if rep[3], err = queueLength(reps[3], reps[4]); err != nil {
+		return backend.Reply{}, nil, err
+	}
 	if reps[2].Kind != backend.Nil { // nil: no token issued yet, 0
 		rep[2] = reps[2]
 	}
@@ -199,7 +202,7 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 	}
 	var queue []backend.Reply
 	if limit > 0 {
-		queue = reps[4].Elems
+		queue = reps[5].Elems
 	}
 	if len(rep[4].Elems) == 0 && len(queue) == 0 {
 		return backend.ArrayReply(rep...), nil, nil
@@ -210,6 +213,20 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 	}
 	rep[5], err = owners.entries()
 	return backend.ArrayReply(rep...), owners, err
+}
+
+// queueLength is inspect.lua's queue length from the LLEN and ZCOUNT
+// replies: the entries owners left behind (leave.lua) do not count.
+func queueLength(llen, left backend.Reply) (backend.Reply, error) {
+	n, err := llen.AsInt()
+	if err != nil {
+		return backend.Reply{}, err
+	}
+	l, err := left.AsInt()
+	if err != nil {
+		return backend.Reply{}, err
+	}
+	return backend.IntReply(max(n-l, 0)), nil
 }
 
 // pttl turns a PEXPIRETIME reply into inspect.lua's PTTL: -2 for no key,
@@ -247,6 +264,7 @@ type cachedOwners struct {
 	known   map[string]*ownerFacts
 	cmds    [][]string      // a GET per client, then ZMSCORE alive and timeouts
 	reps    []backend.Reply // their replies
+	kept    []int           // the waiters entries listed (not left behind), by index
 }
 
 // newCachedOwners takes the HGETALL reply's fields and counts and the
@@ -303,6 +321,10 @@ func (o *cachedOwners) entries() (backend.Reply, error) {
 	}
 	out := make([]backend.Reply, 0, 2*len(o.waiters))
 	for i, w := range o.waiters {
+		if isLeftMark(alive[i]) {
+			continue // an entry its owner left behind: inspect.lua skips it
+		}
+		o.kept = append(o.kept, i)
 		deadline := alive[i]
 		if deadline.Kind == backend.Nil {
 			deadline = timeouts[i]
@@ -324,10 +346,11 @@ func (o *cachedOwners) describe(st *State) {
 		results[i].Reply = o.reps[i]
 	}
 	if len(o.waiters) > 0 {
-		kinds := make([]backend.Reply, len(o.waiters))
-		for i, score := range o.reps[len(o.clients)].Elems {
+		alive := o.reps[len(o.clients)].Elems
+		kinds := make([]backend.Reply, len(o.kept))
+		for i, w := range o.kept {
 			kinds[i] = backend.IntReply(0)
-			if score.Kind != backend.Nil {
+			if alive[w].Kind != backend.Nil {
 				kinds[i] = backend.IntReply(1)
 			}
 		}

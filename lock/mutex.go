@@ -280,13 +280,14 @@ func (m *Mutex) release(ctx context.Context, view holdView, lease time.Duration)
 		return 0, time.Time{}, err
 	}
 	call := unlockCall{owner: m.field, lease: lease, wake: m.wake(), latch: unlockLatchTTL, view: view}
-	keys, args := call.keys(m.keys, reqID), call.args()
+	keys := call.keys(m.keys, reqID)
 	wctx, cancel := context.WithTimeout(ctx, unlockRetryWindow)
 	defer cancel()
 	retry := newRetrier(m.c.closing)
 	for {
 		sent := time.Now()
-		rep, err := m.c.b.Eval(wctx, m.c.scripts.unlock, keys, args)
+		rep, err := m.c.b.Eval(wctx, m.c.scripts.unlock, keys, call.args())
+		call.retry = true
 		if err == nil {
 			left, err := decodeUnlock(rep)
 			return left, sent, err

@@ -131,6 +131,9 @@ type unlockCall struct {
 	wake  wakeArgs
 	latch time.Duration
 	view  holdView
+	// retry says the request may have run before: only then can its
+	// latch exist, and only then does the script read it.
+	retry bool
 }
 
 func (u unlockCall) keys(k keyset, requestID string) []string {
@@ -138,7 +141,11 @@ func (u unlockCall) keys(k keyset, requestID string) []string {
 }
 
 func (u unlockCall) args() []string {
-	return append([]string{u.owner, ms(u.lease), u.wake.channelPrefix, u.wake.publish, ms(u.latch)}, u.view.args()...)
+	retry := "0"
+	if u.retry {
+		retry = "1"
+	}
+	return append(append([]string{u.owner, ms(u.lease), u.wake.channelPrefix, u.wake.publish, ms(u.latch)}, u.view.args()...), retry)
 }
 
 // decodeUnlock returns the hold count left, or -1 when the owner did not
@@ -213,6 +220,20 @@ func decodeCount(script string, rep backend.Reply) (int64, error) {
 		return 0, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, script, rep)
 	}
 	return n, nil
+}
+
+// leftMark is prelude.lua's left_mark: the liveness deadline of an entry
+// an owner left behind in the middle of the queue (leave.lua).
+const leftMark = "0"
+
+// isLeftMark reports whether a liveness deadline read from the alive zset
+// is leftMark.
+func isLeftMark(score backend.Reply) bool {
+	if score.Kind != backend.String {
+		return false
+	}
+	f, err := strconv.ParseFloat(score.Str, 64)
+	return err == nil && f == 0
 }
 
 // inspectArgs are the arguments of inspect.lua.

@@ -24,7 +24,7 @@ var _ backend.CachedReader = (*Backend)(nil)
 // changes only when the key is written.
 var cacheable = map[string]bool{
 	"GET": true, "HGET": true, "HGETALL": true, "HLEN": true,
-	"LLEN": true, "LRANGE": true, "ZCARD": true, "ZMSCORE": true,
+	"LLEN": true, "LRANGE": true, "ZCARD": true, "ZCOUNT": true, "ZMSCORE": true,
 	"ZSCORE": true, "PEXPIRETIME": true,
 }
 

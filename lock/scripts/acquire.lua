@@ -36,13 +36,15 @@
 -- line is woken (a hand-over grant is taken up), X6 fencing token, X8 no
 -- loop over waiters, X11 Redisson-compatible deadlines, X12 the lease never
 -- shrinks while held, X14 safe retries, X15 keys expire.
-local now = server_now()
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
-local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[5], ARGV[6], me)
+local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 
-local held = redis.call('hget', KEYS[1], me)
+-- The hash's PTTL tells whether anyone holds (-2: free), and is the wait
+-- hint of a head below.
+local ttl = redis.call('pttl', KEYS[1])
+local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
 if held then
   local token = hold_token(KEYS[5])
   local count = tonumber(held)
@@ -55,41 +57,39 @@ if held then
       count = count + 1
     end
     redis.call('hset', KEYS[1], me, count)
-    extend(KEYS[1], KEYS[5], lease)
+    extend(KEYS[1], KEYS[5], lease, ttl)
     return {1, token, count}
   end
   if granted then
     -- Handed over to this owner while its client did not know yet (the
     -- message is on its way, or was lost): take it up.
     redis.call('hset', KEYS[1], me, 1)
-    extend(KEYS[1], KEYS[5], lease)
+    extend(KEYS[1], KEYS[5], lease, ttl)
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.
   redis.call('hset', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, next_token(KEYS[5], now, lease), 1}
+  return {1, next_token(KEYS[5], lease), 1}
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
-  local head = first
-  if (not head) or head == me then
+if ttl == -2 then
+  if (not first) or first == me then
     redis.call('hset', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], lease)
-    if head then
+    if first then
       redis.call('lpop', KEYS[2])
       redis.call('zrem', KEYS[3], me)
       redis.call('zrem', KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
       -- longer than this lease (X3).
-      wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+      settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], nil, true, lease)
     end
-    return {1, next_token(KEYS[5], now, lease), 1}
+    return {1, next_token(KEYS[5], lease), 1}
   end
   -- Free, but another owner is first in line: it is granted the lock (or,
   -- a Redisson waiter, woken).
-  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[5], ARGV[6], head, first_live)
-  first = redis.call('lindex', KEYS[2], 0)
+  first, ttl = hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], first, first_live)
 end
 
 local hint = tonumber(ARGV[7])
@@ -97,9 +97,21 @@ if ARGV[4] == 'once' then
   return {0, hint, 0}
 end
 
+local now = server_now()
 local position = 0
 local score = redis.call('zscore', KEYS[3], me)
 local is_head = first == me
+local alive = nil
+if score and not is_head then
+  alive = redis.call('zscore', KEYS[4], me)
+  if (not alive) or tonumber(alive) == left_mark then
+    -- The dead entry this owner left behind when it gave up further up
+    -- the queue (leave.lua): it goes (the one scan of the list, only
+    -- here), and the owner queues anew at the tail.
+    redis.call('lrem', KEYS[2], 0, me)
+    score = nil
+  end
+end
 if score then
   -- Queued: heartbeat (X2). First in line, the Redisson deadline is the
   -- liveness deadline; further back it moves forward by the time since the
@@ -107,8 +119,7 @@ if score then
   -- ahead (see prelude.lua).
   local deadline = now + waiter_timeout
   if not is_head then
-    local alive = redis.call('zscore', KEYS[4], me)
-    local since = alive and (now - (tonumber(alive) - waiter_timeout)) or 0
+    local since = now - (tonumber(alive) - waiter_timeout)
     deadline = math.max(deadline, tonumber(score) + since)
   end
   redis.call('zadd', KEYS[3], deadline, me)
@@ -132,7 +143,12 @@ else
   redis.call('zadd', KEYS[3], deadline, me)
 end
 redis.call('zadd', KEYS[4], now + waiter_timeout, me)
-keep_queue(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[8]))
+if position > 1 then
+  -- Entries owners left behind (leave.lua) do not count; the live head
+  -- is ahead.
+  position = math.max(position - redis.call('zcount', KEYS[4], left_mark, left_mark), 2)
+end
+keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat
@@ -140,7 +156,6 @@ keep_queue(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[8]))
 local head = 0
 if is_head then
   head = 1
-  local ttl = redis.call('pttl', KEYS[1])
   if ttl >= 0 and ttl < hint then
     -- PTTL says 0 in the last millisecond; never hint 0 (X4).
     hint = math.max(ttl, 1)

@@ -12,8 +12,7 @@
 --
 -- Rules: B8 force unlock, B5 purge, X3 the head is woken (a fairlock head
 -- is granted the lock, see prelude.lua).
-local now = server_now()
-purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
+local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 local deleted = redis.call('del', KEYS[1])
-hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[1], ARGV[2])
+hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], head, live)
 return deleted

@@ -7,26 +7,31 @@
 -- KEYS[5] token counter
 -- ARGV[1] how many queue entries to list (0: none)
 --
--- Returns {now ms, lock pttl ms, token, queue length,
+-- Returns {now ms, lock pttl ms, token, queue length (without the entries
+--          owners left behind, leave.lua),
 --          {field, count, field, count, ...},
 --          {owner, deadline, owner, deadline, ...}}; a waiter's deadline is
 -- its fairlock liveness deadline, or for a Redisson waiter its Redisson
--- deadline ('' when it has neither).
+-- deadline ('' when it has neither). Entries owners left behind (liveness
+-- deadline left_mark) are skipped.
 --
 -- Rules: B9 reads. It visits at most ARGV[1] waiters.
 local entries = {}
 local limit = tonumber(ARGV[1])
 if limit > 0 then
   for _, owner in ipairs(redis.call('lrange', KEYS[2], 0, limit - 1)) do
-    entries[#entries + 1] = owner
-    entries[#entries + 1] = redis.call('zscore', KEYS[4], owner) or redis.call('zscore', KEYS[3], owner) or ''
+    local live = redis.call('zscore', KEYS[4], owner)
+    if (not live) or tonumber(live) ~= left_mark then
+      entries[#entries + 1] = owner
+      entries[#entries + 1] = live or redis.call('zscore', KEYS[3], owner) or ''
+    end
   end
 end
 return {
   server_now(),
   redis.call('pttl', KEYS[1]),
   tonumber(redis.call('get', KEYS[5]) or '0'),
-  redis.call('llen', KEYS[2]),
+  math.max(redis.call('llen', KEYS[2]) - redis.call('zcount', KEYS[4], left_mark, left_mark), 0),
   redis.call('hgetall', KEYS[1]),
   entries,
 }

@@ -22,26 +22,52 @@
 -- gone, so a leave or an undo that reaches the server late never touches
 -- a newer hold.
 --
+-- An owner first or last in line is popped. One further up is left in
+-- place as a dead entry: its liveness deadline becomes 0 (left_mark, which
+-- Inspect skips) and its Redisson deadline now, so every script - fairlock's and Redisson's - treats it as
+-- a dead waiter and drops it when it reaches the head (B5), and a leave
+-- from the tail drops the dead run there too. So a leave costs the same at
+-- any queue length (no LREM, which scans the list); the owner queueing
+-- again while its dead entry is still queued takes that entry out first
+-- (acquire.lua).
+--
 -- Rules: B7 giving up leaves the queue, X3 a new head is woken, X5 nothing
--- is left behind. LREM runs in the server; no Lua loop visits the waiters
--- (X8).
+-- is left behind (the dead entry goes with the queue's expiry at the
+-- latest), X8 no scan of the queue.
 local me = ARGV[1]
-local now = server_now()
-purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[2], ARGV[3], me)
-local was_head = redis.call('lindex', KEYS[2], 0) == me
-local queued = redis.call('zrem', KEYS[3], me)
-redis.call('zrem', KEYS[4], me)
-redis.call('lrem', KEYS[2], 0, me)
+local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me) == me
+local queued = 0
+if was_head then
+  redis.call('lpop', KEYS[2])
+  queued = redis.call('zrem', KEYS[3], me)
+  redis.call('zrem', KEYS[4], me)
+elseif redis.call('zscore', KEYS[3], me) then
+  queued = 1
+  if redis.call('lindex', KEYS[2], -1) == me then
+    redis.call('rpop', KEYS[2])
+    redis.call('zrem', KEYS[3], me)
+    redis.call('zrem', KEYS[4], me)
+    drop_dead_tails(KEYS[2], KEYS[3], KEYS[4])
+  else
+    -- Further up: left in place, dead by every script's rule - Redisson's
+    -- too, whose purge drops a head whose deadline has passed - until it
+    -- reaches the head or the tail and is dropped there. Liveness
+    -- deadline 0 marks it (left_mark).
+    redis.call('zadd', KEYS[3], server_now(), me)
+    redis.call('zadd', KEYS[4], left_mark, me)
+  end
+end
 if redis.call('hget', KEYS[1], me) == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
   -- A hand-over grant this owner's client has not taken up and no longer
   -- wants: it passes on.
   redis.call('hdel', KEYS[1], me)
   queued = 1
 end
-if redis.call('exists', KEYS[1]) == 0 then
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[2], ARGV[3])
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
 elseif was_head then
-  wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+  settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], nil, true, ttl)
 end
 local count = tonumber(redis.call('hget', KEYS[1], me) or '0')
 return {queued, count, hold_token(KEYS[5])}

@@ -23,70 +23,131 @@
 -- the head its deadline is set to its liveness deadline (tighten). This
 -- holds whatever wait the Redisson clients use.
 --
--- Time comes from the server (X1): every "now" below is Redis' own clock in
--- milliseconds, never a client's. server_now also keeps the same instant in
--- microseconds (clock_us), which orders a hand-over grant after the
--- waiter's latest acquire even when both ran in one millisecond.
+-- Time comes from the server (X1): server_now is Redis' own clock in
+-- milliseconds, never a client's, read once per script run and only when
+-- a step needs it (an empty queue and a free lock need none). clock_us
+-- keeps the same instant in microseconds, which orders a hand-over grant
+-- after the waiter's latest acquire even when both ran in one millisecond.
 local clock_us = 0
+local clock_ms = nil
 local function server_now()
-  local t = redis.call('time')
-  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.floor(clock_us / 1000)
+  if not clock_ms then
+    local t = redis.call('time')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_ms = math.floor(clock_us / 1000)
+  end
+  return clock_ms
 end
 
--- notify publishes the unlock message "0" on an owner's channel with each
--- command in the comma-separated list publish ("publish", or
--- "publish,spublish" on clusters where Redisson waiters use sharded
--- pub/sub). Redisson waiters listen on the same channels (X11).
-local function notify(publish, channel_prefix, owner)
-  for cmd in string.gmatch(publish, '[^,]+') do
-    redis.call(cmd, channel_prefix .. ':' .. owner, '0')
-  end
-end
-
--- tighten brings a fairlock waiter's Redisson deadline down to its
--- liveness deadline once it is first in line: no Redisson acquisition can
--- come before it any more, so it needs no margin for their decrements,
--- and if it dies, Redisson's own purge drops it within the waiter timeout
--- (X11). A Redisson waiter (no liveness entry) is left alone.
--- Returns the waiter's liveness deadline, nil for a Redisson waiter.
-local function tighten(timeouts, alive, owner)
-  local deadline = redis.call('zscore', alive, owner)
-  if deadline then
-    local score = redis.call('zscore', timeouts, owner)
-    if (not score) or tonumber(score) > tonumber(deadline) then
-      redis.call('zadd', timeouts, deadline, owner)
-    end
-  end
-  return deadline
-end
-
--- wake tells owner, just become first in line, to wait no longer than the
--- lease left (X3), and tightens its deadline. A fairlock waiter (one with a
--- liveness entry) behind a held lock is told how long the hold has left,
--- "head:<ms>", and shortens its wait without a round trip; anyone else -
--- a Redisson waiter, or any waiter when the lock is free - gets Redisson's
--- unlock message "0" and runs an acquire.
-local function wake(hash, timeouts, alive, channel_prefix, publish, owner)
-  local msg = '0'
-  if tighten(timeouts, alive, owner) then
-    local ttl = redis.call('pttl', hash)
-    if ttl > 0 then
-      msg = string.format('head:%.0f', ttl)
-    end
-  end
+-- publish_to sends msg on an owner's channel with each command in the
+-- comma-separated list publish ("publish", or "publish,spublish" on
+-- clusters where Redisson waiters use sharded pub/sub). Redisson waiters
+-- listen on the same channels (X11).
+local function publish_to(publish, channel_prefix, owner, msg)
   for cmd in string.gmatch(publish, '[^,]+') do
     redis.call(cmd, channel_prefix .. ':' .. owner, msg)
   end
 end
 
--- wake_head wakes the queue head, if there is one (X3).
-local function wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
-  local head = redis.call('lindex', queue, 0)
-  if head then
-    wake(hash, timeouts, alive, channel_prefix, publish, head)
+-- notify publishes Redisson's unlock message "0" on an owner's channel.
+local function notify(publish, channel_prefix, owner)
+  publish_to(publish, channel_prefix, owner, '0')
+end
+
+-- tighten brings a fairlock waiter's Redisson deadline down to its
+-- liveness deadline live once it is first in line: no Redisson acquisition
+-- can come before it any more, so it needs no margin for their decrements,
+-- and if it dies, Redisson's own purge drops it within the waiter timeout
+-- (X11). A Redisson waiter (live nil) is left alone. ZADD LT only ever
+-- lowers a deadline (and adds a missing one).
+local function tighten(timeouts, owner, live)
+  if live then
+    redis.call('zadd', timeouts, 'LT', live, owner)
   end
-  return head
+end
+
+-- wake tells owner, just become first in line, to wait no longer than the
+-- lease left (X3), and tightens its deadline; live is its liveness
+-- deadline (nil for a Redisson waiter) and ttl the lock hash's PTTL (nil:
+-- read it here). A fairlock waiter behind a held lock is told how long the
+-- hold has left, "head:<ms>", and shortens its wait without a round trip;
+-- anyone else - a Redisson waiter, or any waiter when the lock is free -
+-- gets Redisson's unlock message "0" and runs an acquire.
+local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
+  local msg = '0'
+  if live then
+    tighten(timeouts, owner, live)
+    ttl = ttl or redis.call('pttl', hash)
+    if ttl > 0 then
+      msg = string.format('head:%.0f', ttl)
+    end
+  end
+  publish_to(publish, channel_prefix, owner, msg)
+end
+
+-- is_dead reports whether a queued owner's deadline has passed (or it has
+-- none at all), and returns its liveness deadline (nil for a Redisson
+-- waiter).
+local function is_dead(timeouts, alive, owner)
+  local live = redis.call('zscore', alive, owner)
+  local deadline = live or redis.call('zscore', timeouts, owner)
+  return (not deadline) or tonumber(deadline) <= server_now(), live
+end
+
+-- settle_head removes queue heads that are dead (B5). Only the run of dead
+-- heads is visited, never the whole queue (X8). When the head changed -
+-- changed says the caller has just popped one, or a dead one was removed
+-- here - the new live head is woken (X3), unless it is the caller, me,
+-- which is running already: it starts waiting no longer than the lease
+-- left (ttl: the hash's PTTL if the caller knows it). Returns the live head
+-- (nil for an empty queue) and its liveness deadline (nil for a Redisson
+-- waiter), which callers use rather than read them again.
+local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish, me, changed, ttl)
+  while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+      return nil, nil
+    end
+    local dead, live = is_dead(timeouts, alive, head)
+    if not dead then
+      if changed and head ~= me then
+        wake(hash, timeouts, channel_prefix, publish, head, live, ttl)
+      elseif changed then
+        tighten(timeouts, head, live)
+      end
+      return head, live
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    redis.call('zrem', alive, head)
+    changed = true
+  end
+end
+
+-- purge is settle_head at the start of a script: nothing popped yet.
+local function purge(hash, queue, timeouts, alive, channel_prefix, publish, me)
+  return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, me, false, nil)
+end
+
+-- left_mark is the liveness deadline of an entry an owner left behind
+-- when it gave up further up the queue (leave.lua): dead by every rule,
+-- skipped by Inspect, taken out when the owner queues again.
+local left_mark = 0
+
+-- drop_dead_tails removes the run of dead owners at the tail of the queue
+-- (owners that left from the middle, see leave.lua, once everyone behind
+-- them has gone), so that whoever queues next chains its deadline on a
+-- live waiter. Only that run is visited (X8).
+local function drop_dead_tails(queue, timeouts, alive)
+  while true do
+    local tail = redis.call('lindex', queue, -1)
+    if not tail or not is_dead(timeouts, alive, tail) then
+      return
+    end
+    redis.call('rpop', queue)
+    redis.call('zrem', timeouts, tail)
+    redis.call('zrem', alive, tail)
+  end
 end
 
 -- token_keep is how much longer than the lock hash the token counter
@@ -95,12 +156,13 @@ end
 local token_keep = 1000
 
 -- extend makes the lock hash live at least lease ms more, and the token
--- counter a little longer. It never shortens a hold, so the server's
--- expiry only moves forward while the owner holds, and a client deadline
--- of "send time of the latest acknowledged grant, re-entry or renewal plus
--- the lease" never passes after it (X12).
-local function extend(hash, token_key, lease)
-  if redis.call('pttl', hash) < lease then
+-- counter a little longer; ttl is the hash's PTTL if the caller has it. It
+-- never shortens a hold, so the server's expiry only moves forward while
+-- the owner holds, and a client deadline of "send time of the latest
+-- acknowledged grant, re-entry or renewal plus the lease" never passes
+-- after it (X12).
+local function extend(hash, token_key, lease, ttl)
+  if (ttl or redis.call('pttl', hash)) < lease then
     redis.call('pexpire', hash, lease)
   end
   if redis.call('pttl', token_key) < lease + token_keep then
@@ -115,23 +177,27 @@ end
 -- granted more than a thousand times a millisecond on average (X15: the
 -- counter does not outlive its use, and tokens never go backwards). The
 -- counter lives as long as the hold and a second more.
-local function next_token(token_key, now, lease)
+local function next_token(token_key, lease)
   -- The counter starts far above 1, so 1 means INCR found no counter.
   local token = redis.call('incr', token_key)
   if token == 1 then
-    token = now * 1000
+    token = server_now() * 1000
     redis.call('set', token_key, token)
   end
   redis.call('pexpire', token_key, lease + token_keep)
   return token
 end
 
--- hand_over runs when the lock has just become free (the hash is gone).
--- A live fairlock waiter at the head is granted the lock in the same step
--- (one-message hand-over): it leaves the queue, holds with a new token, and
--- is told so on its channel ("grant:<token>:<server µs>"; the time lets the
--- client tell this grant from an older one), so it holds the moment the
--- message arrives, without another round trip. Its field holds 0 - granted,
+-- hand_over_to runs when the lock has just become free (the hash is gone),
+-- for the live head the caller has just read (settle_head): head is nil
+-- for an empty queue, live its liveness deadline (nil for a Redisson
+-- waiter).
+--
+-- A live fairlock head is granted the lock in the same step (one-message
+-- hand-over): it leaves the queue, holds with a new token, and is told so
+-- on its channel ("grant:<token>:<server µs>"; the time lets the client
+-- tell this grant from an older one), so it holds the moment the message
+-- arrives, without another round trip. Its field holds 0 - granted,
 -- counted as one hold - until its client takes the grant up (its next
 -- renewal or acquire sets 1), and the hash lives twice the waiter's
 -- liveness left: if it died, the grant lapses within twice the waiter
@@ -139,36 +205,33 @@ end
 -- instead of spinning. A Redisson head is only woken ("0"): it runs its own
 -- acquire. Either way the next head is woken (X3).
 --
--- hand_over_to does it for a head the caller has just read (purge): head
--- is nil for an empty queue, deadline its liveness deadline (nil for a
--- Redisson waiter).
-local function hand_over_to(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish, head, deadline)
+-- Returns the head after it and the hash's PTTL (-2: still free).
+local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_prefix, publish, head, live)
   if not head then
-    return
+    return nil, -2
   end
-  if deadline and tonumber(deadline) > now then
+  local now = server_now()
+  if live and tonumber(live) > now then
     -- Twice the liveness left: a live waiter heartbeats every third of its
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
-    local ttl = 2 * (tonumber(deadline) - now)
+    local ttl = 2 * (tonumber(live) - now)
     redis.call('lpop', queue)
     redis.call('zrem', timeouts, head)
     redis.call('zrem', alive, head)
     redis.call('hset', hash, head, 0)
     redis.call('pexpire', hash, ttl)
-    local token = next_token(token_key, now, ttl)
-    for cmd in string.gmatch(publish, '[^,]+') do
-      redis.call(cmd, channel_prefix .. ':' .. head, string.format('grant:%.0f:%.0f', token, clock_us))
-    end
-    wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
-    return
+    local token = next_token(token_key, ttl)
+    publish_to(publish, channel_prefix, head, string.format('grant:%.0f:%.0f', token, clock_us))
+    return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, ttl), ttl
   end
-  wake_head(hash, queue, timeouts, alive, channel_prefix, publish)
+  wake(hash, timeouts, channel_prefix, publish, head, live, -2)
+  return head, -2
 end
 
-local function hand_over(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish)
-  local head = redis.call('lindex', queue, 0)
-  local deadline = head and redis.call('zscore', alive, head)
-  hand_over_to(hash, queue, timeouts, alive, token_key, now, channel_prefix, publish, head, deadline)
+-- hand_over is hand_over_to for the head as it is now.
+local function hand_over(hash, queue, timeouts, alive, token_key, channel_prefix, publish)
+  local head, live = purge(hash, queue, timeouts, alive, channel_prefix, publish, nil)
+  return hand_over_to(hash, queue, timeouts, alive, token_key, channel_prefix, publish, head, live)
 end
 
 -- hold_token returns the fencing token of the current hold: the latest
@@ -178,60 +241,28 @@ local function hold_token(token_key)
   return tonumber(redis.call('get', token_key) or '0')
 end
 
--- keep_queue sets the queue and both deadline zsets to expire keep ms after
--- the latest deadline any waiter has, so that entries of waiters that died
--- with no client left to purge them do not stay (X15). Every waiter is dead
--- by its deadline; keep (Redisson's slack) leaves room for a Redisson
--- waiter that queues later without touching the TTLs.
-local function keep_queue(queue, timeouts, alive, now, keep)
-  local last = now
-  for _, z in ipairs({timeouts, alive}) do
-    local top = redis.call('zrevrange', z, 0, 0, 'WITHSCORES')
-    if top[2] then
-      last = math.max(last, tonumber(top[2]))
-    end
+-- keep_queue keeps the queue and both deadline zsets alive at least keep
+-- ms past the latest deadline any waiter has, so that entries of waiters
+-- that died with no client left to purge them do not stay (X15); keep
+-- (Redisson's slack) leaves room for a Redisson waiter that queues later
+-- without touching the TTLs. An expiry only moves forward here, and when
+-- it does it gets room ms more (the waiter timeout), so most calls only
+-- read: the latest deadline and each key's PTTL (each key on its own: one
+-- created since, by Redisson or by this call, has none). The latest
+-- deadline is the latest in timeouts or the liveness deadline the caller
+-- has just written (now + room): Redisson's decrements can take a
+-- fairlock waiter's Redisson deadline below its liveness deadline, whose
+-- expiry its own write has covered.
+local function keep_queue(queue, timeouts, alive, keep, room)
+  local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
+  local last = server_now() + room
+  if top[2] then
+    last = math.max(last, tonumber(top[2]))
   end
-  local ttl = math.floor(last - now + keep)
+  local need = math.floor(last - server_now() + keep)
   for _, k in ipairs({queue, timeouts, alive}) do
-    redis.call('pexpire', k, ttl)
-  end
-end
-
--- is_dead reports whether a queued owner's deadline has passed (or it has
--- none at all), and returns its liveness deadline (nil for a Redisson
--- waiter).
-local function is_dead(timeouts, alive, owner, now)
-  local live = redis.call('zscore', alive, owner)
-  local deadline = live or redis.call('zscore', timeouts, owner)
-  return (not deadline) or tonumber(deadline) <= now, live
-end
-
--- purge removes queue heads that are dead (B5). Only the run of dead heads
--- is visited, never the whole queue (X8). When the head changed, the new
--- head is woken (X3) - unless it is the caller, me, which is running
--- already - so it starts waiting no longer than the lease left. Returns
--- the live head (nil for an empty queue) and its liveness deadline (nil for
--- a Redisson waiter), which callers use rather than read them again.
-local function purge(hash, queue, timeouts, alive, now, channel_prefix, publish, me)
-  local removed = false
-  while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-      return nil, nil
+    if redis.call('pttl', k) < need then
+      redis.call('pexpire', k, need + room)
     end
-    local dead, live = is_dead(timeouts, alive, head, now)
-    if not dead then
-      if removed and head ~= me then
-        wake(hash, timeouts, alive, channel_prefix, publish, head)
-        live = redis.call('zscore', alive, head)
-      elseif removed then
-        tighten(timeouts, alive, head)
-      end
-      return head, live
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('zrem', alive, head)
-    removed = true
   end
 end

@@ -27,10 +27,10 @@ local now = server_now()
 local before = redis.call('llen', KEYS[2])
 -- Only dead owners are removed below, so the live head purge returns
 -- stays the head.
-local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[1], ARGV[2], '')
+local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 for _, zset in ipairs({KEYS[4], KEYS[3]}) do
   for _, owner in ipairs(redis.call('zrangebyscore', zset, '-inf', now)) do
-    if is_dead(KEYS[3], KEYS[4], owner, now) then
+    if is_dead(KEYS[3], KEYS[4], owner) then
       redis.call('lrem', KEYS[2], 0, owner)
       redis.call('zrem', KEYS[3], owner)
       redis.call('zrem', KEYS[4], owner)
@@ -39,6 +39,6 @@ for _, zset in ipairs({KEYS[4], KEYS[3]}) do
 end
 local removed = before - redis.call('llen', KEYS[2])
 if removed > 0 and redis.call('exists', KEYS[1]) == 0 then
-  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[1], ARGV[2], head, live)
+  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], head, live)
 end
 return removed

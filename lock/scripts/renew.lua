@@ -14,11 +14,12 @@
 -- X7).
 --
 -- Rules: B6 watchdog renewal to the full lease, X12 never shortened, X15.
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
+local held = redis.call('hget', KEYS[1], ARGV[1])
+if not held or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
   return 0
 end
 -- A hand-over grant (0) is taken up: one hold.
-if redis.call('hget', KEYS[1], ARGV[1]) == '0' then
+if held == '0' then
   redis.call('hset', KEYS[1], ARGV[1], 1)
 end
 local lease = tonumber(ARGV[2])

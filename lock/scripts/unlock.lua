@@ -13,6 +13,8 @@
 -- ARGV[5] latch lifetime in ms
 -- ARGV[6] token of the hold the client releases ("0": it knows no live hold)
 -- ARGV[7] that hold's count as the client knows it, before this release
+-- ARGV[8] "1" when this request may have run before (a retry), else "0":
+--         only a retry can find its latch
 --
 -- Returns the hold count left (0: released), or -1 when the owner does not
 -- hold the lock.
@@ -32,13 +34,14 @@
 -- Rules: B2 count down, B4 release at 0 wakes the head, non-holder fails,
 -- B5 purge, B10 a retried request ID returns the first result, X3, X11,
 -- X13.
-local done = redis.call('get', KEYS[6])
-if done then
-  return tonumber(done)
+if ARGV[8] == '1' then
+  local done = redis.call('get', KEYS[6])
+  if done then
+    return tonumber(done)
+  end
 end
 local me = ARGV[1]
-local now = server_now()
-local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now, ARGV[3], ARGV[4], me)
+local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], me)
 local held = redis.call('hget', KEYS[1], me)
 if not held then
   return -1
@@ -59,7 +62,7 @@ if count > 0 then
   extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
 else
   redis.call('del', KEYS[1])
-  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now, ARGV[3], ARGV[4], head, live)
+  hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], head, live)
 end
 redis.call('set', KEYS[6], count, 'px', ARGV[5])
 return count
