@@ -184,9 +184,11 @@ func (r *report) bounds() {
 		r.p("- %s", r.queueNote(queueOps))
 	}
 	r.p("")
-	r.p("What the data layout fixes, whatever the code: fairlock keeps Redisson's keys (a hash, a list for the queue, a zset of deadlines Redisson purges by) plus its own liveness zset, a fencing counter and an unlock latch, so that Java and Go share one lock. " +
-		"A contended acquisition is then two scripts - the waiter's enqueue and the previous holder's unlock, which grants the lock to the head in the same step - and each script reads the server time, checks the head's deadline, and keeps every key's expiry (X15): about 40 commands in all, where a single-key SET NX lock needs 2 to 5. " +
-		"Leaving the queue from the middle is LREM on the Redisson list, linear in the queue's length; removing it lazily would break Redisson's own scripts, which read the list. " +
-		"Uncontended, the two scripts run 8 and 7 commands against redislock's one each, and lose to it by the difference in server time.")
+	main := r.Kinds[0].Name
+	perAcq := spreadBy(r.headline(main), func(c contendedRound) float64 { return c.CommandsPerAcq }).med
+	perPair := spreadBy(r.Uncontended[main], func(x uncontendedRound) float64 { return x.CommandsPerPair }).med
+	r.p("What the data layout fixes, whatever the code: fairlock keeps Redisson's keys (a hash, a list for the queue, a zset of deadlines Redisson purges by) plus its own liveness zset, a fencing counter and an unlock latch, so that Java and Go share one lock. "+
+		"A contended acquisition is then two scripts - the waiter's enqueue and the previous holder's unlock, which grants the lock to the head in the same step - and between them they read the server time, check the head's deadline, write the queue and the waiter's two deadlines, move the hold, draw a fencing token, wake the next head and keep every key's expiry (X15): %.0f commands for %s in this run, where a single-key SET NX lock needs 2 to 5. "+
+		"Uncontended, the two scripts run %.0f commands in all, EVALSHA included, against redislock's 5.", perAcq, main, perPair)
 	r.p("")
 }

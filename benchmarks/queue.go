@@ -48,7 +48,10 @@ func fairlockKeys(name string) []string {
 }
 
 // queueOps are the operations timed at each queue length.
-var queueOps = []string{"enqueue", "leave", "unlock", "grant"}
+var queueOps = []string{"enqueue", "leave", leaveMiddle, "unlock", "grant"}
+
+// leaveMiddle is an owner giving up with another owner queued behind it.
+const leaveMiddle = "leave, not last"
 
 // recheck is the acquire calls an owner already queued at the tail makes
 // (after subscribing, and every heartbeat): timed too, not a target.
@@ -71,13 +74,14 @@ type queueRound struct {
 
 // queueScaling measures, with N fake owners queued behind a real waiter
 // (W, first in line): a new owner E queueing at the tail (enqueue) and
-// giving up (leave), the holder H unlocking (unlock: hands the lock to W),
+// giving up with owner F queued behind it (leave, not last), F giving up
+// last in line (leave), the holder H unlocking (unlock: hands the lock to W),
 // and W's own calls until its Lock returns (grant). Server time per call
 // comes from SLOWLOG with slowlog-log-slower-than 0, which isolates each
 // call; the calls are told apart by the owner field among their arguments.
 func (b *bench) queueScaling(ctx context.Context, k lockKind) (queueRound, error) {
 	r := queueRound{Times: map[int]map[string]lockbench.Summary{}, GrantCalls: map[int]float64{}, Commands: map[int]commandCalls{}}
-	clients, err := connectMany(k, b.srv.addr, 3, connOpts{})
+	clients, err := connectMany(k, b.srv.addr, 4, connOpts{})
 	if err != nil {
 		return r, err
 	}
@@ -142,7 +146,7 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 		}
 		return m
 	}
-	h, w, e := newMutex(0), newMutex(1), newMutex(2)
+	h, w, e, f := newMutex(0), newMutex(1), newMutex(2), newMutex(3)
 	defer func() {
 		_ = b.srv.do(context.WithoutCancel(ctx), append([]string{"DEL"}, fairlockKeys(name)...)...).Error()
 	}()
@@ -156,19 +160,25 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 		_, err := w.Lock(wctx)
 		granted <- err
 	}()
+	// queued waits until the queue is length long.
+	queued := func(length int) error {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			st, err := h.Inspect(ctx, 0)
+			if err != nil {
+				return err
+			}
+			if st.QueueLength == length {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the queue did not reach %d within 5s", length)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
 	// W is first in line once the queue has one entry.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		st, err := h.Inspect(ctx, 0)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		if st.QueueLength == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, 0, nil, errors.New("the waiter did not queue within 5s")
-		}
-		time.Sleep(200 * time.Microsecond)
+	if err := queued(1); err != nil {
+		return nil, 0, nil, err
 	}
 	if n > 0 {
 		keys := fairlockKeys(name)
@@ -184,9 +194,32 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	// E queues at the tail and gives up after 20 ms: enqueue, then leave.
-	if _, err := e.TryLock(ctx, 20*time.Millisecond, lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+	// E queues at the tail (enqueue), F behind it; E gives up after 100 ms
+	// (leave, not last), then F (leave).
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := e.TryLock(ctx, 100*time.Millisecond, lock.WatchdogLease)
+		gaveUp <- err
+	}()
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	fDone := make(chan error, 1)
+	if err := queued(n + 2); err != nil {
+		return nil, 0, nil, err
+	}
+	go func() {
+		_, err := f.Lock(fctx)
+		fDone <- err
+	}()
+	if err := queued(n + 3); err != nil {
+		return nil, 0, nil, err
+	}
+	if err := <-gaveUp; !errors.Is(err, lock.ErrNotAcquired) {
 		return nil, 0, nil, fmt.Errorf("TryLock behind the queue: %v, want ErrNotAcquired", err)
+	}
+	fcancel()
+	if err := <-fDone; !errors.Is(err, context.Canceled) {
+		return nil, 0, nil, fmt.Errorf("Lock behind the queue: %v, want context.Canceled", err)
 	}
 	if err := h.Unlock(ctx); err != nil {
 		return nil, 0, nil, err
@@ -213,18 +246,18 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 		if len(x.args) == 0 || !slices.Contains([]string{"EVALSHA", "EVAL", "evalsha", "eval"}, x.args[0]) {
 			continue
 		}
-		for _, m := range []*lock.Mutex{h, w, e} {
+		for _, m := range []*lock.Mutex{h, w, e, f} {
 			if o := m.Owner().String(); slices.Contains(x.args, o) {
 				byOwner[o] = append(byOwner[o], x)
 			}
 		}
 	}
-	eCalls, hCalls := byOwner[e.Owner().String()], byOwner[h.Owner().String()]
-	if len(eCalls) < 2 || len(hCalls) != 1 {
-		b.log("  queue %d: %d calls by the leaving owner (want 2 or more), %d by the holder (want 1): sample skipped", n, len(eCalls), len(hCalls))
+	eCalls, fCalls, hCalls := byOwner[e.Owner().String()], byOwner[f.Owner().String()], byOwner[h.Owner().String()]
+	if len(eCalls) < 2 || len(fCalls) < 2 || len(hCalls) != 1 {
+		b.log("  queue %d: %d and %d calls by the leaving owners (want 2 or more), %d by the holder (want 1): sample skipped", n, len(eCalls), len(fCalls), len(hCalls))
 		return nil, 0, nil, errSampleShape
 	}
-	out := map[string]time.Duration{"enqueue": eCalls[0].duration, "leave": eCalls[len(eCalls)-1].duration, "unlock": hCalls[0].duration}
+	out := map[string]time.Duration{"enqueue": eCalls[0].duration, leaveMiddle: eCalls[len(eCalls)-1].duration, "leave": fCalls[len(fCalls)-1].duration, "unlock": hCalls[0].duration}
 	if len(eCalls) > 2 {
 		out[recheck] = eCalls[1].duration
 	}

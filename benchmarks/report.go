@@ -602,7 +602,7 @@ func (r *report) manyLocks() {
 func (r *report) queueScaling() {
 	r.p("## 5. Queue scaling: server time per call with N owners queued (%s)", r.Kinds[0].Name)
 	r.p("")
-	r.p("p50 of SLOWLOG's per-call execution time (microsecond resolution; logging every command, those inside the scripts too, adds a little to each script's time, alike at every length). enqueue: a new owner joining the tail; re-check: that owner's next acquire, already queued (after subscribing; a heartbeat costs the same); leave: that owner giving up (TryLock's wait ran out); unlock: the holder's release, which hands the lock to the waiter first in line; grant: the script calls the new holder makes after that unlock, up to 10 ms after its Lock returned, added up.")
+	r.p("p50 of SLOWLOG's per-call execution time (microsecond resolution; logging every command, those inside the scripts too, adds a little to each script's time, alike at every length). enqueue: a new owner joining the tail; re-check: that owner's next acquire, already queued (after subscribing; a heartbeat costs the same); leave, not last: that owner giving up (TryLock's wait ran out) with another owner queued behind it, whose entry stays in the list, marked dead; leave: that other owner giving up, last in line (popped, with the dead entry before it); unlock: the holder's release, which hands the lock to the waiter first in line; grant: the script calls the new holder makes after that unlock, up to 10 ms after its Lock returned, added up.")
 	r.p("")
 	lengths := r.Settings.QueueLengths
 	header := []string{"operation"}
@@ -611,7 +611,7 @@ func (r *report) queueScaling() {
 	}
 	header = append(header, fmt.Sprintf("%s / %d", fmtInt(int64(lengths[len(lengths)-1])), lengths[0]))
 	t := newTable(&r.b, header...)
-	for _, op := range []string{"enqueue", recheck, "leave", "unlock", "grant"} {
+	for _, op := range []string{"enqueue", recheck, leaveMiddle, "leave", "unlock", "grant"} {
 		row := []string{op}
 		for _, n := range lengths {
 			row = append(row, durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[n][op].P50 }).cell(fmtDur))
