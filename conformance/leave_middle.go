@@ -27,19 +27,26 @@ func queuedOwners(t *testing.T, m *lock.Mutex) ([]string, int) {
 	return owners, st.QueueLength
 }
 
-// queueOf starts a Lock of each mutex in turn, each queued before the
-// next starts, behind holder; it returns their results and cancel funcs.
-func queueOf(t *testing.T, holder *lock.Mutex, ms ...*lock.Mutex) ([]<-chan result, []context.CancelFunc) {
+// lineUp locks a new lock by a holder and queues n waiters behind it, each
+// queued before the next starts; it returns the holder's proc, the holder,
+// the waiters, their results and cancel funcs.
+func lineUp(t *testing.T, s *suite, n int, opts ...lock.Option) (*proc, *lock.Mutex, []*lock.Mutex, []<-chan result, []context.CancelFunc) {
 	t.Helper()
-	chans := make([]<-chan result, len(ms))
-	cancels := make([]context.CancelFunc, len(ms))
-	for i, m := range ms {
+	name := lockName(t)
+	p := s.newProc(t, opts...)
+	holder := p.mutex(t, name)
+	mustLock(t, holder)
+	ms := make([]*lock.Mutex, n)
+	chans := make([]<-chan result, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range ms {
+		m := s.newProc(t, opts...).mutex(t, name)
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
 		t.Cleanup(cancel)
-		chans[i], cancels[i] = goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) }), cancel
+		ms[i], chans[i], cancels[i] = m, goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) }), cancel
 		waitQueued(t, holder, i+1)
 	}
-	return chans, cancels
+	return p, holder, ms, chans, cancels
 }
 
 // giveUp cancels a waiter and checks that its Lock ended as cancelled.
@@ -59,12 +66,8 @@ func giveUp(t *testing.T, cancel context.CancelFunc, ch <-chan result, what stri
 func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 	opts := []lock.Option{lock.WithWaiterTimeout(time.Minute)}
 	t.Run("dropped_at_the_head", func(t *testing.T) {
-		name := lockName(t)
-		p := s.newProc(t, opts...)
-		holder := p.mutex(t, name)
-		mustLock(t, holder)
-		a, b, c := s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name)
-		chans, cancels := queueOf(t, holder, a, b, c)
+		p, holder, ms, chans, cancels := lineUp(t, s, 3, opts...)
+		name, a, b, c := holder.Name(), ms[0], ms[1], ms[2]
 		giveUp(t, cancels[1], chans[1], "b")
 		raw := readRaw(t, p.b, name)
 		if !slices.Contains(raw.queue, b.Owner().String()) || len(raw.queue) != 3 {
@@ -94,12 +97,8 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		mustUnlock(t, c)
 	})
 	t.Run("dropped_at_the_tail", func(t *testing.T) {
-		name := lockName(t)
-		p := s.newProc(t, opts...)
-		holder := p.mutex(t, name)
-		mustLock(t, holder)
-		ms := []*lock.Mutex{s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name)}
-		chans, cancels := queueOf(t, holder, ms...)
+		p, holder, ms, chans, cancels := lineUp(t, s, 4, opts...)
+		name := holder.Name()
 		giveUp(t, cancels[1], chans[1], "second")
 		giveUp(t, cancels[2], chans[2], "third")
 		if raw := readRaw(t, p.b, name); len(raw.queue) != 4 {
@@ -117,12 +116,8 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		mustUnlock(t, ms[0])
 	})
 	t.Run("queues_again", func(t *testing.T) {
-		name := lockName(t)
-		p := s.newProc(t, opts...)
-		holder := p.mutex(t, name)
-		mustLock(t, holder)
-		a, b, c := s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name), s.newProc(t, opts...).mutex(t, name)
-		chans, cancels := queueOf(t, holder, a, b, c)
+		p, holder, ms, chans, cancels := lineUp(t, s, 3, opts...)
+		name, a, b, c := holder.Name(), ms[0], ms[1], ms[2]
 		giveUp(t, cancels[1], chans[1], "b")
 		again := goAcquire(func() (*lock.Hold, error) { return b.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, holder, 3)
@@ -145,57 +140,5 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 }
 
 // testX11RedissonDropsLeftEntry: Redisson's own scripts treat the entry a
-// fairlock waiter left behind as a dead waiter. A Redisson holder, then a
-// fairlock head that crashes, the entry a fairlock waiter left, a Redisson
-// waiter: after the Redisson release the Redisson waiter acquires through
-// Redisson's purge alone (no fairlock script runs), within the bound
-// testX11DeadGoHeadAfterJava states without the left entry.
-func testX11RedissonDropsLeftEntry(t *testing.T, s *suite) {
-	const (
-		waiterTimeout = time.Second
-		javaLease     = 2 * time.Second
-	)
-	name := lockName(t)
-	rc := s.newRedisson(t)
-	jh := rc.lock(name, 1)
-	if err := jh.lockWithLease(ctxFor(t, eventually), javaLease); err != nil {
-		t.Fatal(err)
-	}
-	spy := s.newProc(t).mutex(t, name)
-	cb := &crashableBackend{Backend: s.newBackend(t)}
-	// As in testX11DeadGoHeadAfterJava: a heartbeat in flight at the crash
-	// may take the lock, for a lease like the Java holder's.
-	dead := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(waiterTimeout), lock.WithLease(javaLease)), name)
-	goAcquire(func() (*lock.Hold, error) { return dead.Lock(ctxFor(t, eventually)) })
-	waitQueued(t, spy, 1)
-	left := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
-	lctx, lcancel := context.WithCancel(context.Background())
-	defer lcancel()
-	lch := goAcquire(func() (*lock.Hold, error) { return left.Lock(lctx) })
-	waitQueued(t, spy, 2)
-	j := rc.lock(name, 2)
-	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, eventually), 10*time.Second) })
-	waitQueued(t, spy, 3)
-	giveUp(t, lcancel, lch, "the fairlock waiter in the middle")
-	if raw := readRaw(t, s.newProc(t).b, name); len(raw.queue) != 3 {
-		t.Fatalf("raw queue after the middle waiter left: %v, want its dead entry still in it", raw.queue)
-	}
-	cb.crashed.Store(true)
-	released := time.Now()
-	if err := jh.unlock(ctxFor(t, eventually)); err != nil {
-		t.Fatal(err)
-	}
-	r := await(t, jch, javaLease+eventually, "Redisson waiter behind a dead fairlock head and a left entry")
-	if r.err != nil {
-		st, err := spy.Inspect(ctxFor(t, eventually), 10)
-		t.Fatalf("Redisson waiter: %v (%v after the release); the lock now: %+v (%v)", r.err, time.Since(released), st, err)
-	}
-	if delay := r.at.Sub(released); delay > javaLease+waiterTimeout+slack {
-		t.Errorf("the Redisson waiter acquired %v after the release, want within its timer (%v) and the waiter timeout (%v)", delay, javaLease, waiterTimeout)
-	} else {
-		t.Logf("Redisson waiter acquired %v after a Redisson release, past a dead fairlock head and a left entry", delay)
-	}
-	if err := j.unlock(ctxFor(t, eventually)); err != nil {
-		t.Fatal(err)
-	}
-}
+// fairlock waiter left behind as a dead waiter (deadGoHeadAfterJava).
+func testX11RedissonDropsLeftEntry(t *testing.T, s *suite) { deadGoHeadAfterJava(t, s, true) }

@@ -169,7 +169,15 @@ func testX11DeadGoHead(t *testing.T, s *suite) {
 // fairlock waiter's Redisson deadline is its liveness deadline, so
 // Redisson's purge drops it, instead of it blocking the queue for
 // Redisson's 5-minute slack.
-func testX11DeadGoHeadAfterJava(t *testing.T, s *suite) {
+func testX11DeadGoHeadAfterJava(t *testing.T, s *suite) { deadGoHeadAfterJava(t, s, false) }
+
+// deadGoHeadAfterJava: a Redisson holder, a fairlock head that crashes,
+// a Redisson waiter; after the Redisson release the Redisson waiter
+// acquires through Redisson's purge alone, within its timer and the
+// waiter timeout. withLeft puts between them a fairlock waiter that gives
+// up first, leaving its entry in the list, dead (X8), which Redisson's
+// purge must drop as well.
+func deadGoHeadAfterJava(t *testing.T, s *suite, withLeft bool) {
 	const (
 		waiterTimeout = time.Second
 		javaLease     = 2 * time.Second
@@ -189,9 +197,26 @@ func testX11DeadGoHeadAfterJava(t *testing.T, s *suite) {
 	dead := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(waiterTimeout), lock.WithLease(javaLease)), name)
 	goAcquire(func() (*lock.Hold, error) { return dead.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, spy, 1)
+	queued := 1
+	var giveUpLeft func()
+	if withLeft {
+		left := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
+		lctx, lcancel := context.WithCancel(context.Background())
+		defer lcancel()
+		lch := goAcquire(func() (*lock.Hold, error) { return left.Lock(lctx) })
+		queued++
+		waitQueued(t, spy, queued)
+		giveUpLeft = func() { giveUp(t, lcancel, lch, "the fairlock waiter in the middle") }
+	}
 	j := rc.lock(name, 2)
 	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, eventually), 10*time.Second) })
-	waitQueued(t, spy, 2)
+	waitQueued(t, spy, queued+1)
+	if withLeft {
+		giveUpLeft()
+		if raw := readRaw(t, s.newProc(t).b, name); len(raw.queue) != 3 {
+			t.Fatalf("raw queue after the middle waiter left: %v, want its dead entry still in it", raw.queue)
+		}
+	}
 	cb.crashed.Store(true)
 	released := time.Now()
 	if err := jh.unlock(ctxFor(t, eventually)); err != nil {
