@@ -13,20 +13,6 @@ import (
 	"github.com/fairlock/fairlock/lock"
 )
 
-// queuedOwners lists the owners Inspect shows queued (up to 16).
-func queuedOwners(t *testing.T, m *lock.Mutex) ([]string, int) {
-	t.Helper()
-	st, err := m.Inspect(ctxFor(t, eventually), 16)
-	if err != nil {
-		t.Fatalf("Inspect: %v", err)
-	}
-	owners := make([]string, len(st.Queue))
-	for i, w := range st.Queue {
-		owners[i] = w.Owner
-	}
-	return owners, st.QueueLength
-}
-
 // lineUp locks a new lock by a holder and queues n waiters behind it, each
 // queued before the next starts; it returns the holder's proc, the holder,
 // the waiters, their results and cancel funcs.
@@ -37,15 +23,15 @@ func lineUp(t *testing.T, s *suite, n int, opts ...lock.Option) (*proc, *lock.Mu
 	holder := p.mutex(t, name)
 	mustLock(t, holder)
 	ms := make([]*lock.Mutex, n)
-	chans := make([]<-chan result, n)
 	cancels := make([]context.CancelFunc, n)
+	ctxs := map[*lock.Mutex]context.Context{}
 	for i := range ms {
-		m := s.newProc(t, opts...).mutex(t, name)
+		ms[i] = s.newProc(t, opts...).mutex(t, name)
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
 		t.Cleanup(cancel)
-		ms[i], chans[i], cancels[i] = m, goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) }), cancel
-		waitQueued(t, holder, i+1)
+		ctxs[ms[i]], cancels[i] = ctx, cancel
 	}
+	chans := queueInOrder(t, holder, 0, ms, func(m *lock.Mutex) (*lock.Hold, error) { return m.Lock(ctxs[m]) })
 	return p, holder, ms, chans, cancels
 }
 
@@ -73,7 +59,7 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		if !slices.Contains(raw.queue, b.Owner().String()) || len(raw.queue) != 3 {
 			t.Errorf("raw queue after b left from the middle: %v, want b's dead entry still in it (no scan of the list)", raw.queue)
 		}
-		owners, n := queuedOwners(t, holder)
+		owners, n := queueOwners(t, holder), queueLen(t, holder)
 		if want := []string{a.Owner().String(), c.Owner().String()}; !slices.Equal(owners, want) || n != 2 {
 			t.Errorf("Inspect after b left: queue %v (length %d), want %v (length 2)", owners, n, want)
 		}
@@ -121,7 +107,7 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		giveUp(t, cancels[1], chans[1], "b")
 		again := goAcquire(func() (*lock.Hold, error) { return b.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, holder, 3)
-		owners, _ := queuedOwners(t, holder)
+		owners := queueOwners(t, holder)
 		if want := []string{a.Owner().String(), c.Owner().String(), b.Owner().String()}; !slices.Equal(owners, want) {
 			t.Errorf("Inspect after b queued again: %v, want %v (b at the tail, once)", owners, want)
 		}

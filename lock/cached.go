@@ -264,7 +264,6 @@ type cachedOwners struct {
 	known   map[string]*ownerFacts
 	cmds    [][]string      // a GET per client, then ZMSCORE alive and timeouts
 	reps    []backend.Reply // their replies
-	kept    []int           // the waiters entries listed (not left behind), by index
 }
 
 // newCachedOwners takes the HGETALL reply's fields and counts and the
@@ -324,7 +323,6 @@ func (o *cachedOwners) entries() (backend.Reply, error) {
 		if isLeftMark(alive[i]) {
 			continue // an entry its owner left behind: inspect.lua skips it
 		}
-		o.kept = append(o.kept, i)
 		deadline := alive[i]
 		if deadline.Kind == backend.Nil {
 			deadline = timeouts[i]
@@ -346,12 +344,14 @@ func (o *cachedOwners) describe(st *State) {
 		results[i].Reply = o.reps[i]
 	}
 	if len(o.waiters) > 0 {
-		alive := o.reps[len(o.clients)].Elems
-		kinds := make([]backend.Reply, len(o.kept))
-		for i, w := range o.kept {
-			kinds[i] = backend.IntReply(0)
-			if alive[w].Kind != backend.Nil {
-				kinds[i] = backend.IntReply(1)
+		var kinds []backend.Reply // for the waiters entries listed
+		for _, score := range o.reps[len(o.clients)].Elems {
+			switch {
+			case isLeftMark(score):
+			case score.Kind == backend.Nil:
+				kinds = append(kinds, backend.IntReply(0))
+			default:
+				kinds = append(kinds, backend.IntReply(1))
 			}
 		}
 		results = append(results, backend.Result{Reply: backend.ArrayReply(kinds...)})

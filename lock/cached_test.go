@@ -236,8 +236,9 @@ func TestCachedRemainTTL_WithinStalenessBound(t *testing.T) {
 	t.Logf("cached RemainTTL saw the Extend %v after it returned", time.Since(extended))
 }
 
-// TestCachedInspect_SaysWhatTheScriptSays: holders, token, queue, waiter
-// deadlines, kinds and descriptions from the cache equal the script's.
+// TestCachedInspect_SaysWhatTheScriptSays: holders, token, queue (an entry
+// left behind skipped), waiter deadlines, kinds and descriptions from the
+// cache equal the script's.
 func TestCachedInspect_SaysWhatTheScriptSays(t *testing.T) {
 	srv := realServer(t)
 	reader := realClient(t, srv, lock.WithCachedReads(cachedStaleness))
@@ -253,6 +254,10 @@ func TestCachedInspect_SaysWhatTheScriptSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	queueEntry(t, srv, name, holders.ID()+":7", 60_000, true)
+	// An entry its owner left behind (leave.lua): both skip it.
+	queueEntry(t, srv, name, holders.ID()+":8", 0, true)
+	_, _, aliveKey := queueKeys(name)
+	mustDo(t, srv, "ZADD", aliveKey, "0", holders.ID()+":8")
 	queueEntry(t, srv, name, "6a1f0c52-2a35-4d9b-9d4e-4c1e0b2f1a77:1", 60_000, false)
 	queueEntry(t, srv, name, "not-an-owner", 60_000, false)
 	cached, script := realMutex(t, reader, name), realMutex(t, plain, name)

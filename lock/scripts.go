@@ -11,7 +11,7 @@ import (
 
 // The algorithm lives in these scripts (scripts/*.lua) and in the Go that
 // calls them: wait.go (acquire), mutex.go (release), watchdog.go (renew).
-// Every script but renew is the shared prelude (server time, stale head
+// Every script is the shared prelude (server time, stale head
 // purge, head wake-up) followed by its own body. This file is the one
 // place that knows each script's KEYS and ARGV order and the shape of its
 // reply.
@@ -45,7 +45,7 @@ func newScriptSet() scriptSet {
 		acquire:     s("acquire", acquireLua),
 		unlock:      s("unlock", unlockLua),
 		leave:       s("leave", leaveLua),
-		renew:       backend.NewScript("renew", renewLua),
+		renew:       s("renew", renewLua),
 		forceUnlock: s("force_unlock", forceUnlockLua),
 		delete:      s("delete", deleteLua),
 		inspect:     s("inspect", inspectLua),

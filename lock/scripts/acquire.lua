@@ -78,9 +78,7 @@ if ttl == -2 then
     redis.call('hset', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], lease)
     if first then
-      redis.call('lpop', KEYS[2])
-      redis.call('zrem', KEYS[3], me)
-      redis.call('zrem', KEYS[4], me)
+      drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
       -- longer than this lease (X3).
       settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], nil, true, lease)

@@ -38,15 +38,11 @@ local me = ARGV[1]
 local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me) == me
 local queued = 0
 if was_head then
-  redis.call('lpop', KEYS[2])
-  queued = redis.call('zrem', KEYS[3], me)
-  redis.call('zrem', KEYS[4], me)
+  queued = drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
 elseif redis.call('zscore', KEYS[3], me) then
   queued = 1
   if redis.call('lindex', KEYS[2], -1) == me then
-    redis.call('rpop', KEYS[2])
-    redis.call('zrem', KEYS[3], me)
-    redis.call('zrem', KEYS[4], me)
+    drop('rpop', KEYS[2], KEYS[3], KEYS[4], me)
     drop_dead_tails(KEYS[2], KEYS[3], KEYS[4])
   else
     -- Further up: left in place, dead by every script's rule - Redisson's

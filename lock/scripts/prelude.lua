@@ -94,6 +94,16 @@ local function is_dead(timeouts, alive, owner)
   return (not deadline) or tonumber(deadline) <= server_now(), live
 end
 
+-- drop takes owner, first in line (pop 'lpop') or last ('rpop'), out of
+-- the queue and both deadline zsets. Returns 1 if it had a Redisson
+-- deadline, else 0.
+local function drop(pop, queue, timeouts, alive, owner)
+  redis.call(pop, queue)
+  local had = redis.call('zrem', timeouts, owner)
+  redis.call('zrem', alive, owner)
+  return had
+end
+
 -- settle_head removes queue heads that are dead (B5). Only the run of dead
 -- heads is visited, never the whole queue (X8). When the head changed -
 -- changed says the caller has just popped one, or a dead one was removed
@@ -117,9 +127,7 @@ local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish
       end
       return head, live
     end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('zrem', alive, head)
+    drop('lpop', queue, timeouts, alive, head)
     changed = true
   end
 end
@@ -144,9 +152,7 @@ local function drop_dead_tails(queue, timeouts, alive)
     if not tail or not is_dead(timeouts, alive, tail) then
       return
     end
-    redis.call('rpop', queue)
-    redis.call('zrem', timeouts, tail)
-    redis.call('zrem', alive, tail)
+    drop('rpop', queue, timeouts, alive, tail)
   end
 end
 
@@ -215,9 +221,7 @@ local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_pre
     -- Twice the liveness left: a live waiter heartbeats every third of its
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
     local ttl = 2 * (tonumber(live) - now)
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('zrem', alive, head)
+    drop('lpop', queue, timeouts, alive, head)
     redis.call('hset', hash, head, 0)
     redis.call('pexpire', hash, ttl)
     local token = next_token(token_key, ttl)

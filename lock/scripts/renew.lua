@@ -15,7 +15,7 @@
 --
 -- Rules: B6 watchdog renewal to the full lease, X12 never shortened, X15.
 local held = redis.call('hget', KEYS[1], ARGV[1])
-if not held or tonumber(redis.call('get', KEYS[5]) or '0') ~= tonumber(ARGV[3]) then
+if not held or hold_token(KEYS[5]) ~= tonumber(ARGV[3]) then
   return 0
 end
 -- A hand-over grant (0) is taken up: one hold.
@@ -24,12 +24,6 @@ if held == '0' then
 end
 local lease = tonumber(ARGV[2])
 if lease > 0 then
-  if redis.call('pttl', KEYS[1]) < lease then
-    redis.call('pexpire', KEYS[1], lease)
-  end
-  -- The token counter lives a second longer than the hold (prelude.lua).
-  if redis.call('pttl', KEYS[5]) < lease + 1000 then
-    redis.call('pexpire', KEYS[5], lease + 1000)
-  end
+  extend(KEYS[1], KEYS[5], lease)
 end
 return 1
