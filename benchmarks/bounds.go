@@ -213,6 +213,25 @@ func (r *report) slowLine(kind string) string {
 		fmtInt(int64(x.Slow-x.Woken)), fmtDur(float64(x.Unwoken.P50)), fmtDur(float64(x.Unwoken.Max)))
 }
 
+// queueBlind are commands the measured calls run on keys other than the
+// queue's (the lock hash, the token counter) or on none: their cost tells
+// how the server as a whole fares with the queue in memory.
+var queueBlind = []string{"time", "get", "hget", "hgetall"}
+
+// perCall is the mean server time per call, in µs, of the commands cmds
+// over calls (0: none ran).
+func perCall(calls commandCalls, cmds []string) float64 {
+	var n, usec int64
+	for _, c := range cmds {
+		n += calls[c].Calls
+		usec += calls[c].Usec
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(usec) / float64(n)
+}
+
 // queueNote gives the figures of the queue operations that missed the
 // target and names the commands inside the scripts whose server time grew
 // most from the shortest queue to the longest (commandstats per length).
@@ -256,6 +275,10 @@ func (r *report) queueNote(ops []string) string {
 	what := "No command grew by a microsecond per call"
 	if len(parts) > 0 {
 		what = "The commands whose server time per call grew most (commandstats over the measured calls, the commands inside scripts included): " + strings.Join(parts, "; ")
+	}
+	if a, z := perCall(q.Commands[lo], queueBlind), perCall(q.Commands[hi], queueBlind); a > 0 && z > 0 {
+		what += fmt.Sprintf(". Commands that never read the queue's keys (%s, on the lock hash, the token and the clock) took %.1f µs per call at %s queued vs %.1f µs at %d (%.1fx)",
+			strings.ToUpper(strings.Join(queueBlind, ", ")), z, fmtInt(int64(hi)), a, lo, z/a)
 	}
 	lrem := ""
 	if len(g) > 0 && g[0].cmd == "lrem" {

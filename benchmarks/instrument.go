@@ -29,16 +29,17 @@ type scriptStat struct {
 // for an instrumented run, and returns the function that reads the log
 // and restores the settings.
 func (s *redisServer) startSlowlog(ctx context.Context) (stop func() ([]slowEntry, error), err error) {
-	for _, kv := range [][2]string{{"slowlog-max-len", "65536"}, {"slowlog-log-slower-than", "0"}} {
-		if err := s.do(ctx, "CONFIG", "SET", kv[0], kv[1]).Error(); err != nil {
-			return nil, err
-		}
+	if err := s.do(ctx, "CONFIG", "SET", "slowlog-max-len", "65536").Error(); err != nil {
+		return nil, err
+	}
+	if err := s.setSlowlog(ctx, 0); err != nil {
+		return nil, err
 	}
 	if err := s.do(ctx, "SLOWLOG", "RESET").Error(); err != nil {
 		return nil, err
 	}
 	return func() ([]slowEntry, error) {
-		if err := s.do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Error(); err != nil {
+		if err := s.setSlowlog(ctx, slowlogOff); err != nil {
 			return nil, err
 		}
 		entries, err := s.slowlog(ctx)

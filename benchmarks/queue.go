@@ -12,16 +12,33 @@ import (
 	"github.com/fairlock/fairlock/lockbench"
 )
 
-// injectQueue appends fake owners to a lock's queue, as acquire.lua queues
-// fairlock waiters: the owner at the tail of the list, its Redisson
-// deadline in the timeouts zset and its liveness deadline in the alive
-// zset, both 10 minutes ahead (so nobody purges them meanwhile).
+// injectQueue appends fake owners to a lock's queue as acquire.lua queues
+// fairlock waiters, one a millisecond: the owner at the tail of the list,
+// its Redisson deadline in the timeouts zset and its liveness deadline in
+// the alive zset, 10 minutes ahead (so nobody purges them meanwhile) and a
+// millisecond apart in queue order, like the deadlines of owners that
+// queued one after the other; and each key's expiry past the latest of
+// them, which acquire.lua raises as it writes them (keep_queue).
+//
+// It then reads each owner's two deadlines once, as one round of their
+// heartbeats would (a live waiter's acquire reads its own entries every
+// third of the waiter timeout). A queue that grew by real enqueues is past
+// that; a bulk insert is not (Redis resizes a zset's hash table a bucket
+// per access, and the insert leaves it half done).
+//
+// Without these three steps every first call after the insert paid for
+// the insert rather than the queue length: all 10,000 deadlines equal to
+// each other and to the newcomer's (which Redis orders by member name),
+// three expiries to raise, and a half-resized table. The enqueue measured
+// up to twice its cost at 0 that way, while a steady run of 1,500
+// enqueues into a 10,000-owner queue costs what it costs into an empty one.
 //
 // KEYS[1] queue, KEYS[2] timeouts, KEYS[3] alive; ARGV[1] how many,
-// ARGV[2] owner prefix, ARGV[3] deadline from now in ms.
+// ARGV[2] owner prefix, ARGV[3] deadline from now in ms, ARGV[4] how long
+// the keys outlive it, in ms.
 const injectQueue = `
 local t = redis.call('time')
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+local first = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 local n = tonumber(ARGV[1])
 local i = 1
 while i <= n do
@@ -29,7 +46,7 @@ while i <= n do
   for j = i, math.min(i + 499, n) do
     local o = ARGV[2] .. j
     owners[#owners + 1] = o
-    scores[#scores + 1] = deadline
+    scores[#scores + 1] = first + j
     scores[#scores + 1] = o
   end
   redis.call('rpush', KEYS[1], unpack(owners))
@@ -37,8 +54,20 @@ while i <= n do
   redis.call('zadd', KEYS[3], unpack(scores))
   i = i + 500
 end
+for _, k in ipairs(KEYS) do
+  redis.call('pexpire', k, tonumber(ARGV[3]) + n + tonumber(ARGV[4]))
+end
+for j = 1, n do
+  redis.call('zscore', KEYS[2], ARGV[2] .. j)
+  redis.call('zscore', KEYS[3], ARGV[2] .. j)
+end
 return redis.call('llen', KEYS[1])
 `
+
+// queueKeep is how long injected queue keys outlive the latest deadline:
+// at least what keep_queue asks with the lock's defaults (the Redisson
+// slack plus the waiter timeout), so that it has nothing to raise.
+const queueKeep = lock.DefaultRedissonSlack + 2*lock.DefaultWaiterTimeout
 
 // fairlockKeys are a lock's keys by Redisson's naming (RULES.md): hash,
 // queue, timeouts, alive, token counter.
@@ -86,14 +115,15 @@ func (b *bench) queueScaling(ctx context.Context, k lockKind) (queueRound, error
 		return r, err
 	}
 	defer closeAll(clients)
-	for _, cfg := range [][]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "4096"}} {
-		if err := b.srv.do(ctx, "CONFIG", "SET", cfg[0], cfg[1]).Error(); err != nil {
-			return r, err
-		}
+	if err := b.srv.do(ctx, "CONFIG", "SET", "slowlog-max-len", "4096").Error(); err != nil {
+		return r, err
+	}
+	if err := b.srv.setSlowlog(ctx, 0); err != nil {
+		return r, err
 	}
 	defer func() {
 		cctx := context.WithoutCancel(ctx)
-		_ = b.srv.do(cctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Error()
+		_ = b.srv.setSlowlog(cctx, slowlogOff)
 		_ = b.srv.do(cctx, "SLOWLOG", "RESET").Error()
 	}()
 	for _, n := range b.set.QueueLengths {
@@ -182,9 +212,17 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 	}
 	if n > 0 {
 		keys := fairlockKeys(name)
-		args := []string{"EVAL", injectQueue, "3", keys[1], keys[2], keys[3], strconv.Itoa(n), "00000000-0000-4000-8000-000000000000:", "600000"}
+		args := []string{"EVAL", injectQueue, "3", keys[1], keys[2], keys[3], strconv.Itoa(n), "00000000-0000-4000-8000-000000000000:", "600000", strconv.FormatInt(queueKeep.Milliseconds(), 10)}
+		// The injection's 50,000 commands are not logged: they would only
+		// churn the slowlog's memory before the calls it times.
+		if err := b.srv.setSlowlog(ctx, -1); err != nil {
+			return nil, 0, nil, err
+		}
 		if got, err := b.srv.do(ctx, args...).AsInt64(); err != nil || got != int64(n+1) {
 			return nil, 0, nil, fmt.Errorf("injecting %d owners: queue %d, %v", n, got, err)
+		}
+		if err := b.srv.setSlowlog(ctx, 0); err != nil {
+			return nil, 0, nil, err
 		}
 	}
 	if err := b.srv.do(ctx, "SLOWLOG", "RESET").Error(); err != nil {

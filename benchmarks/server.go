@@ -286,6 +286,16 @@ type slowEntry struct {
 	args     []string
 }
 
+// slowlogOff is the slowlog threshold outside the instrumented runs: only
+// calls slower than 10 ms are logged.
+const slowlogOff = 10 * time.Millisecond
+
+// setSlowlog logs every command that runs at least threshold from now on
+// (0: every command; negative: none).
+func (s *redisServer) setSlowlog(ctx context.Context, threshold time.Duration) error {
+	return s.do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", strconv.FormatInt(threshold.Microseconds(), 10)).Error()
+}
+
 // slowlog returns every SLOWLOG entry, oldest first.
 func (s *redisServer) slowlog(ctx context.Context) ([]slowEntry, error) {
 	msgs, err := s.do(ctx, "SLOWLOG", "GET", "-1").ToArray()
