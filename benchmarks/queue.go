@@ -69,13 +69,6 @@ return redis.call('llen', KEYS[1])
 // slack plus the waiter timeout), so that it has nothing to raise.
 const queueKeep = lock.DefaultRedissonSlack + 2*lock.DefaultWaiterTimeout
 
-// fairlockKeys are a lock's keys by Redisson's naming (RULES.md): hash,
-// queue, timeouts, alive, token counter.
-func fairlockKeys(name string) []string {
-	tag := "{" + name + "}"
-	return []string{name, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag, "fairlock_lock_alive:" + tag, "redisson_lock_token:" + tag}
-}
-
 // queueOps are the operations timed at each queue length.
 var queueOps = []string{"enqueue", "leave", leaveMiddle, "unlock", "grant"}
 
@@ -178,7 +171,7 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 	}
 	h, w, e, f := newMutex(0), newMutex(1), newMutex(2), newMutex(3)
 	defer func() {
-		_ = b.srv.do(context.WithoutCancel(ctx), append([]string{"DEL"}, fairlockKeys(name)...)...).Error()
+		_ = b.srv.do(context.WithoutCancel(ctx), append([]string{"DEL"}, h.Keys()...)...).Error()
 	}()
 	if _, err := h.Lock(ctx); err != nil {
 		return nil, 0, nil, err
@@ -211,7 +204,7 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 		return nil, 0, nil, err
 	}
 	if n > 0 {
-		keys := fairlockKeys(name)
+		keys := h.Keys()
 		args := []string{"EVAL", injectQueue, "3", keys[1], keys[2], keys[3], strconv.Itoa(n), "00000000-0000-4000-8000-000000000000:", "600000", strconv.FormatInt(queueKeep.Milliseconds(), 10)}
 		// The injection's 50,000 commands are not logged: they would only
 		// churn the slowlog's memory before the calls it times.

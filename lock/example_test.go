@@ -184,3 +184,24 @@ func ExampleMutex_Locker() {
 	// locked
 	// panicked with ErrNotHeld: true
 }
+
+// Keys names every key a lock keeps its state in, by Redisson's naming
+// rule, for ACLs, monitoring or a clean-up by hand.
+func ExampleMutex_Keys() {
+	locks, done := newExampleClient(lock.WithKeyPrefix("app:"))
+	defer done()
+
+	m, err := locks.NewMutex("orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, k := range m.Keys() {
+		fmt.Println(k)
+	}
+	// Output:
+	// app:orders
+	// redisson_lock_queue:{app:orders}
+	// redisson_lock_timeout:{app:orders}
+	// fairlock_lock_alive:{app:orders}
+	// redisson_lock_token:{app:orders}
+}

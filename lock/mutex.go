@@ -39,6 +39,13 @@ func (m *Mutex) Owner() Owner { return m.owner }
 // Key returns the Redis key of the lock hash (prefix and name).
 func (m *Mutex) Key() string { return m.keys.hash }
 
+// Keys returns the Redis keys that hold the lock's state, in this order:
+// the lock hash (Key), the queue, Redisson's timeouts zset, fairlock's
+// liveness zset and the fencing-token counter (RULES.md, keyspace). They
+// share one hash slot. Unlock latches, one short-lived key per release
+// request, are not among them.
+func (m *Mutex) Keys() []string { return m.keys.scriptKeys() }
+
 // Lock waits as long as ctx allows for the lock, in arrival order (FIFO),
 // and returns the Hold. The lease is the client's watchdog lease
 // (WithLease, default 30 s), renewed while held. Lock re-enters when this

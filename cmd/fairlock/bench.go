@@ -206,7 +206,11 @@ func (cfg benchConfig) runBackend(ctx context.Context, srv *server, name, runID 
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		for _, n := range used {
-			if derr := ep.del(cctx, lockKeys(cfg.conn.prefix+n)...); derr != nil && err == nil {
+			m, derr := c.NewMutex(n)
+			if derr == nil {
+				derr = ep.del(cctx, m.Keys()...)
+			}
+			if derr != nil && err == nil {
 				err = fmt.Errorf("deleting the bench's keys: %w", derr)
 			}
 		}

@@ -326,23 +326,6 @@ func (ep *endpoint) Close() {
 	ep.closeClient()
 }
 
-// lockKeys returns the Redis keys of the lock whose full name (key prefix
-// included) is name: the hash, queue, Redisson timeouts, fairlock liveness
-// zset and token counter, by Redisson's naming rule (the keyspace table in RULES.md).
-func lockKeys(name string) []string {
-	tag := "{" + name + "}"
-	if strings.Contains(name, "{") {
-		tag = name
-	}
-	return []string{
-		name,
-		"redisson_lock_queue:" + tag,
-		"redisson_lock_timeout:" + tag,
-		"fairlock_lock_alive:" + tag,
-		"redisson_lock_token:" + tag,
-	}
-}
-
 // lockConn is a connection to a server, a lock client on it and a Mutex
 // for one lock: what the commands that look at or act on one lock use.
 type lockConn struct {

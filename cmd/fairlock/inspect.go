@@ -240,7 +240,7 @@ func inspectOnce(ctx context.Context, ep *endpoint, m *lock.Mutex, limit int) (i
 	rep := buildInspectReport(m, st)
 	if !st.Locked() && st.QueueLength == 0 && st.Token == 0 {
 		// The timeout and liveness zsets may outlive the queue.
-		n, err := ep.exists(ctx, lockKeys(m.Key())...)
+		n, err := ep.exists(ctx, m.Keys()...)
 		if err != nil {
 			return rep, err
 		}
