@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -213,16 +214,25 @@ func convert(res rueidis.RedisResult) (backend.Reply, error) {
 	return fromMessage(msg)
 }
 
+// fromMessage maps a reply with RESP2's shapes, whichever protocol the
+// connection speaks: a RESP3 map becomes a flat array of keys and values
+// (in no particular order), a double its decimal string, a boolean 1 or
+// nil, and an error reply inside an array *backend.ServerError.
 func fromMessage(m rueidis.RedisMessage) (backend.Reply, error) {
 	switch {
 	case m.IsNil():
 		return backend.Reply{}, nil
+	case m.Error() != nil:
+		return backend.Reply{}, &backend.ServerError{Message: m.Error().Error()}
 	case m.IsInt64():
 		n, err := m.AsInt64()
 		return backend.IntReply(n), err
 	case m.IsString():
 		s, err := m.ToString()
 		return backend.StringReply(s), err
+	case m.IsFloat64():
+		f, err := m.ToFloat64()
+		return backend.StringReply(strconv.FormatFloat(f, 'f', -1, 64)), err
 	case m.IsArray():
 		arr, err := m.ToArray()
 		if err != nil {
@@ -233,6 +243,20 @@ func fromMessage(m rueidis.RedisMessage) (backend.Reply, error) {
 			if elems[i], err = fromMessage(arr[i]); err != nil {
 				return backend.Reply{}, err
 			}
+		}
+		return backend.ArrayReply(elems...), nil
+	case m.IsMap():
+		kv, err := m.ToMap()
+		if err != nil {
+			return backend.Reply{}, err
+		}
+		elems := make([]backend.Reply, 0, 2*len(kv))
+		for k, v := range kv {
+			r, err := fromMessage(v)
+			if err != nil {
+				return backend.Reply{}, err
+			}
+			elems = append(elems, backend.StringReply(k), r)
 		}
 		return backend.ArrayReply(elems...), nil
 	case m.IsBool():

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -59,21 +58,11 @@ func (b *Backend) CachedRead(ctx context.Context, ttl time.Duration, cmds [][]st
 		// not cache sends the commands as they are, and its replies carry
 		// none.
 		cached = cached || res.IsCacheHit() || res.CachePTTL() >= 0
-		if res.Error() != nil { // nil, an error reply, or no reply at all
-			r, err := convert(res)
-			if err != nil {
-				return nil, err
-			}
-			replies[i] = r
-			continue
-		}
-		v, err := res.ToAny()
+		r, err := convert(res)
 		if err != nil {
 			return nil, err
 		}
-		if replies[i], err = fromAny(v); err != nil {
-			return nil, fmt.Errorf("CachedRead %s: %w", cmds[i][0], err)
-		}
+		replies[i] = r
 	}
 	if !cached {
 		// No reply carried an expiry: the client does not cache, or every
@@ -114,46 +103,4 @@ func (b *Backend) tracking(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%w: client-side caching is off on this client (DisableCache?)", backend.ErrNotSupported)
-}
-
-// fromAny maps a decoded reply to a backend reply with RESP2's shapes.
-func fromAny(v any) (backend.Reply, error) {
-	switch v := v.(type) {
-	case nil:
-		return backend.Reply{}, nil
-	case int64:
-		return backend.IntReply(v), nil
-	case string:
-		return backend.StringReply(v), nil
-	case float64:
-		return backend.StringReply(strconv.FormatFloat(v, 'f', -1, 64)), nil
-	case bool:
-		if v {
-			return backend.IntReply(1), nil
-		}
-		return backend.Reply{}, nil
-	case []any:
-		elems := make([]backend.Reply, len(v))
-		for i, e := range v {
-			r, err := fromAny(e)
-			if err != nil {
-				return backend.Reply{}, err
-			}
-			elems[i] = r
-		}
-		return backend.ArrayReply(elems...), nil
-	case map[string]any:
-		elems := make([]backend.Reply, 0, 2*len(v))
-		for k, e := range v {
-			r, err := fromAny(e)
-			if err != nil {
-				return backend.Reply{}, err
-			}
-			elems = append(elems, backend.StringReply(k), r)
-		}
-		return backend.ArrayReply(elems...), nil
-	case error: // an error reply inside an array
-		return backend.Reply{}, &backend.ServerError{Message: v.Error()}
-	}
-	return backend.Reply{}, fmt.Errorf("%w: %T", backend.ErrUnexpectedReply, v)
 }
