@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // One-message hand-over (B4): a release grants the lock to a fairlock
@@ -43,7 +44,7 @@ func testB4OneMessage(t *testing.T, s *suite) {
 		n := wp.b.count("acquire") - before
 		attempts = append(attempts, n)
 		if n == 0 {
-			waitUntil(t, eventually, "the grant to be taken up (renewed)", func() bool {
+			redistest.Eventually(t, eventually, "the grant to be taken up (renewed)", func() bool {
 				return wp.b.count("renew") > renews
 			})
 			if c, _ := waiter.HoldCount(ctxFor(t, eventually)); c != 1 {

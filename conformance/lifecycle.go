@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // The hold's life seen from the client (X12-X14): what the holder believes
@@ -384,7 +385,7 @@ func testX13FailedUnlock(t *testing.T, s *suite) {
 		t.Errorf("Err = %v, want ErrLockLost", h.Err())
 	}
 	other := s.newProc(t).mutex(t, name)
-	waitUntil(t, lease+slack, "the lock to free itself after a failed Unlock", func() bool {
+	redistest.Eventually(t, lease+slack, "the lock to free itself after a failed Unlock", func() bool {
 		locked, err := other.IsLocked(ctxFor(t, eventually))
 		return err == nil && !locked
 	})
@@ -492,7 +493,7 @@ func testX5CloseDuringAcquire(t *testing.T, s *suite) {
 		c.Close()
 		close(closed)
 	}()
-	waitUntil(t, eventually, "Close to begin", func() bool {
+	redistest.Eventually(t, eventually, "Close to begin", func() bool {
 		_, err := m.IsLocked(ctxFor(t, eventually))
 		return errors.Is(err, lock.ErrClosed)
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // Java and Go on one lock without surprises (X11), and no key that
@@ -267,7 +268,7 @@ func testX15Keys(t *testing.T, s *suite) {
 	spy := s.newProc(t)
 	gone := func(t *testing.T, name, how string) {
 		start := time.Now()
-		waitUntil(t, x15Bound+slack, "every key of the lock to go ("+how+")", func() bool { return len(lockKeys(t, spy, name)) == 0 })
+		redistest.Eventually(t, x15Bound+slack, "every key of the lock to go ("+how+")", func() bool { return len(lockKeys(t, spy, name)) == 0 })
 		t.Logf("%s: every key gone %v after the last owner", how, time.Since(start).Round(time.Millisecond))
 	}
 	t.Run("released", func(t *testing.T) {
@@ -347,6 +348,6 @@ func testX15Latches(t *testing.T, s *suite) {
 	if n > unlocks {
 		t.Errorf("%d latches after %d unlocks", n, unlocks)
 	}
-	waitUntil(t, 3*time.Second+slack, "the latches to expire", func() bool { return latches() == 0 })
+	redistest.Eventually(t, 3*time.Second+slack, "the latches to expire", func() bool { return latches() == 0 })
 	t.Logf("%d unlocks in %v left %d keys (latches), none %v later", unlocks, took.Round(time.Millisecond), n, time.Since(start).Round(time.Millisecond))
 }

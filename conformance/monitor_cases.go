@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // testTwoCommandsAtServer watches, with MONITOR at the server, the
@@ -26,7 +27,7 @@ func testTwoCommandsAtServer(t *testing.T, s *suite) {
 	}
 	// After its first hold the client subscribes, once, to its own channel
 	// to hear of reconnects; wait for that before counting.
-	waitUntil(t, eventually, "the client's reconnect subscription", func() bool {
+	redistest.Eventually(t, eventually, "the client's reconnect subscription", func() bool {
 		chans, _ := s.cfg.server.Do(t, "PUBSUB", "CHANNELS", "fairlock_client:"+m.Owner().ClientID).([]any)
 		return len(chans) == 1
 	})
@@ -87,12 +88,12 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 		waitQueued(t, holder, queued+1)
 		// Its first attempts (queue, then re-check after subscribing)
 		// must be over before counting one more.
-		waitUntil(t, eventually, "the waiter to settle", func() bool { return tp.b.count("acquire"+doneSuffix) >= 2 })
+		redistest.Eventually(t, eventually, "the waiter to settle", func() bool { return tp.b.count("acquire"+doneSuffix) >= 2 })
 		heartbeat = count(func() {
 			// Nudge the waiter to run acquire again: a wake-up message.
 			done := tp.b.count("acquire" + doneSuffix)
 			evalRaw(t, p.b, `return redis.call('publish', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner().String()})
-			waitUntil(t, eventually, "the waiter's heartbeat", func() bool { return tp.b.count("acquire"+doneSuffix) > done })
+			redistest.Eventually(t, eventually, "the waiter's heartbeat", func() bool { return tp.b.count("acquire"+doneSuffix) > done })
 		})
 		tcancel()
 		await(t, tch, eventually, "tail waiter")

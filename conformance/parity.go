@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // parityCases are the upstream parity scenarios (P: Redisson's own fair-lock
@@ -60,7 +61,7 @@ func queueOwners(t *testing.T, m *lock.Mutex) []string {
 // waitVisible waits until owner is queued or holds the lock.
 func waitVisible(t *testing.T, probe *lock.Mutex, owner string) {
 	t.Helper()
-	waitUntil(t, eventually, owner+" queued or holding", func() bool {
+	redistest.Eventually(t, eventually, owner+" queued or holding", func() bool {
 		st, err := probe.Inspect(context.Background(), 100)
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)

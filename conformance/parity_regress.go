@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // Upstream regressions (P9), named after the Redisson issues.
@@ -133,7 +134,7 @@ func testP9PurgedHeadWhileHeld(t *testing.T, s *suite) {
 	live := s.newProc(t, lock.WithWaiterTimeout(30*time.Second)).mutex(t, name)
 	ch := goAcquire(func() (*lock.Hold, error) { return live.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 2)
-	waitUntil(t, eventually, "the crashed head's deadline to pass", func() bool {
+	redistest.Eventually(t, eventually, "the crashed head's deadline to pass", func() bool {
 		st, err := holder.Inspect(ctxFor(t, eventually), 1)
 		return err == nil && len(st.Queue) == 1 && st.ServerTime.After(st.Queue[0].Deadline)
 	})

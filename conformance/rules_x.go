@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 func testX1ServerTime(t *testing.T, s *suite) {
@@ -158,7 +159,7 @@ func testX3WatchedHash(t *testing.T, s *suite) {
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, holder, 1)
 	settled(t, wp)
-	waitUntil(t, eventually, "the head to watch the lock hash", func() bool { return wp.b.count("WATCHKEY") >= 2 })
+	redistest.Eventually(t, eventually, "the head to watch the lock hash", func() bool { return wp.b.count("WATCHKEY") >= 2 })
 	deleted := time.Now()
 	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})
 	r := await(t, ch, 60*time.Second, "head after DEL by hand")
@@ -341,7 +342,7 @@ func testX7LostLock(t *testing.T, s *suite) {
 	}
 	// The hold ends by the client's clock, counted from before the
 	// acquire was sent, so the server's key may outlive it a little.
-	waitUntil(t, eventually, "the key to expire", func() bool {
+	redistest.Eventually(t, eventually, "the key to expire", func() bool {
 		locked, err := m.IsLocked(ctxFor(t, eventually))
 		return err == nil && !locked
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 func sequentialCases() []sequentialCase {
@@ -50,7 +51,7 @@ func testNoLeaks(t *testing.T, s *suite) {
 		}
 		mustUnlock(t, mb)
 	}) // cleanups close the clients and backends here
-	waitUntil(t, eventually, fmt.Sprintf("goroutines to return to %d", before), func() bool {
+	redistest.Eventually(t, eventually, fmt.Sprintf("goroutines to return to %d", before), func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }

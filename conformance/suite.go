@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 type suite struct {
@@ -118,21 +119,6 @@ redis.call('zadd', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 return 1`, keysOf(name), owner, fmt.Sprint(ttl.Milliseconds()))
 }
 
-// waitUntil polls cond every few milliseconds until it holds, failing the
-// test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // queueLen reads the queue length through Inspect.
 func queueLen(t *testing.T, m *lock.Mutex) int {
 	t.Helper()
@@ -146,7 +132,7 @@ func queueLen(t *testing.T, m *lock.Mutex) int {
 // waitQueued waits until the lock's queue has n entries.
 func waitQueued(t *testing.T, m *lock.Mutex, n int) {
 	t.Helper()
-	waitUntil(t, eventually, fmt.Sprintf("queue length %d", n), func() bool { return queueLen(t, m) == n })
+	redistest.Eventually(t, eventually, fmt.Sprintf("queue length %d", n), func() bool { return queueLen(t, m) == n })
 }
 
 // result is what an acquire in a goroutine ended with.
@@ -347,7 +333,7 @@ func settled(t *testing.T, p *proc) { settledAfter(t, p, 0) }
 // acquire calls.
 func settledAfter(t *testing.T, p *proc, base int) {
 	t.Helper()
-	waitUntil(t, eventually, "the waiter to queue, subscribed", func() bool {
+	redistest.Eventually(t, eventually, "the waiter to queue, subscribed", func() bool {
 		p.b.mu.Lock()
 		defer p.b.mu.Unlock()
 		done := p.b.counts["acquire"+doneSuffix]

@@ -48,7 +48,7 @@ func serverCalls(t testing.TB, srv *redistest.Server) int64 {
 // subscription connection sends would otherwise count as reads.
 func awaitHoldingQuiet(t *testing.T, srv *redistest.Server, c *lock.Client) {
 	t.Helper()
-	eventually(t, 10*time.Second, "the holding client's subscription", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the holding client's subscription", func() bool {
 		reply, _ := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+c.ID()).([]any)
 		return len(reply) == 2 && reply[1] == int64(1)
 	})
@@ -163,7 +163,7 @@ func TestCachedReads_UnchangedLockSendsNothing(t *testing.T) {
 	}
 	// Until the holder's client has written its description (it does so
 	// in the background as it starts).
-	eventually(t, 10*time.Second, "the holder's description", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the holder's description", func() bool {
 		st := readAll()
 		return len(st.Holders) == 1 && st.Holders[0].Description != nil
 	})
@@ -226,7 +226,7 @@ func TestCachedRemainTTL_WithinStalenessBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	extended := time.Now()
-	eventually(t, time.Second, "the cached RemainTTL to see the Extend", func() bool {
+	redistest.Eventually(t, time.Second, "the cached RemainTTL to see the Extend", func() bool {
 		ttl, err := probe.RemainTTL(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -267,7 +267,7 @@ func TestCachedInspect_SaysWhatTheScriptSays(t *testing.T) {
 
 	for _, limit := range []int{0, 2, 10} {
 		var want, got lock.State
-		eventually(t, 10*time.Second, "the holder's description", func() bool {
+		redistest.Eventually(t, 10*time.Second, "the holder's description", func() bool {
 			var err error
 			if want, err = script.Inspect(ctx, limit); err != nil {
 				t.Fatal(err)

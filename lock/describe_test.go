@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // TestInspect_DescribesHolderAndWaiter: two clients describe themselves
@@ -33,7 +34,7 @@ func TestInspect_DescribesHolderAndWaiter(t *testing.T) {
 
 	probe := realMutex(t, admin, name)
 	var st lock.State
-	eventually(t, 10*time.Second, "the holder and the waiter described", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the holder and the waiter described", func() bool {
 		var err error
 		st, err = probe.Inspect(ctx, 10)
 		if err != nil {
@@ -86,7 +87,7 @@ func TestDescription_LivesWithItsClient(t *testing.T) {
 	srv := realServer(t)
 	c := realClient(t, srv, lock.WithDescription("job 42"), lock.WithKeyPrefix("app:"))
 	key := "app:fairlock_client_info:" + c.ID()
-	eventually(t, 10*time.Second, "the description key", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the description key", func() bool {
 		return asInt(t, mustDo(t, srv, "EXISTS", key)) == 1
 	})
 	var d lock.Description

@@ -71,7 +71,7 @@ func TestExtend_GoneHoldIsLockLost(t *testing.T) {
 		}},
 		{"expired on the server", time.Minute, func(t *testing.T, srv *redistest.Server, m, _ *lock.Mutex, _ *lock.Hold) {
 			mustDo(t, srv, "PEXPIRE", m.Key(), "1")
-			eventually(t, 5*time.Second, "the lock hash to expire", func() bool {
+			redistest.Eventually(t, 5*time.Second, "the lock hash to expire", func() bool {
 				return asInt(t, mustDo(t, srv, "EXISTS", m.Key())) == 0
 			})
 		}},
@@ -115,7 +115,7 @@ func TestExtend_GoneHoldIsLockLost(t *testing.T) {
 			// Nothing was brought back: the lock is (soon: the client's
 			// deadline comes first, X12) free or the other's, not extended
 			// by a minute.
-			eventually(t, 5*time.Second, "the lost owner's field gone", func() bool {
+			redistest.Eventually(t, 5*time.Second, "the lost owner's field gone", func() bool {
 				st, err := m.Inspect(ctx, 0)
 				if err != nil {
 					t.Fatal(err)

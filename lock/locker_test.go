@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // TestLocker_ExcludesAndPanicsAsDocumented: two Lockers of two owners
@@ -29,7 +30,7 @@ func TestLocker_ExcludesAndPanicsAsDocumented(t *testing.T) {
 		close(entered)
 	}()
 	probe := realMutex(t, c, name)
-	eventually(t, 10*time.Second, "the second Locker queued", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the second Locker queued", func() bool {
 		st, err := probe.Inspect(ctx, 0)
 		return err == nil && st.QueueLength == 1
 	})

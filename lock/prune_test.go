@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // TestPruneWaiters_DropsDeadHeadAndWakesNext: a waiter whose process died
@@ -33,7 +34,7 @@ func TestPruneWaiters_DropsDeadHeadAndWakesNext(t *testing.T) {
 	waited := goLock(testCtx(t, 15*time.Second), live)
 
 	probe := realMutex(t, admin, name)
-	eventually(t, 10*time.Second, "the live waiter queued behind the dead one, then the dead one's deadline", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the live waiter queued behind the dead one, then the dead one's deadline", func() bool {
 		st, err := probe.Inspect(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +77,7 @@ func TestPruneWaiters_DropsDeadWaitersBehindLiveOnes(t *testing.T) {
 	live := realMutex(t, c, name)
 	waited := goLock(ctx, live)
 	probe := realMutex(t, admin, name)
-	eventually(t, 10*time.Second, "the live waiter queued", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the live waiter queued", func() bool {
 		st, err := probe.Inspect(ctx, 0)
 		return err == nil && st.QueueLength == 1
 	})

@@ -71,21 +71,6 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls cond every few milliseconds until it holds, failing the
-// test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // acquired is the outcome of an acquire run in the background.
 type acquired struct {
 	h   *lock.Hold

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairlock/fairlock/lock"
 	fairotel "github.com/fairlock/fairlock/otel"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // series returns, per metric, the attribute sets of its data points,
@@ -60,7 +61,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 		_, err := other.Lock(ctx)
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "the waiter to queue", func() bool {
+	redistest.Eventually(t, 5*time.Second, "the waiter to queue", func() bool {
 		for _, p := range points(e.collect()["fairlock.waiter.count"]) {
 			if p.value == 1 {
 				return true
@@ -68,7 +69,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 		}
 		return false
 	})
-	waitFor(t, 5*time.Second, "a watchdog renewal", func() bool { return e.total("fairlock.lease.renewals") > renewals })
+	redistest.Eventually(t, 5*time.Second, "a watchdog renewal", func() bool { return e.total("fairlock.lease.renewals") > renewals })
 	for range 2 {
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatalf("holder Unlock: %v", err)
@@ -94,7 +95,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lease did not run out")
 	}
-	waitFor(t, 5*time.Second, "fairlock.lease.lost", func() bool { return e.total("fairlock.lease.lost") > lost })
+	redistest.Eventually(t, 5*time.Second, "fairlock.lease.lost", func() bool { return e.total("fairlock.lease.lost") > lost })
 }
 
 // TestMetricSeries_BoundedAcrossRestarts (issue 13): a restarted process -

@@ -231,21 +231,8 @@ func (e *env) dump() string {
 // waitSpan polls until a span called name has ended.
 func (e *env) waitSpan(name string) tracetest.SpanStub {
 	e.t.Helper()
-	waitFor(e.t, 5*time.Second, "span "+name, func() bool { return len(e.named(name)) > 0 })
+	redistest.Eventually(e.t, 5*time.Second, "span "+name, func() bool { return len(e.named(name)) > 0 })
 	return e.named(name)[0]
-}
-
-// waitFor polls cond every few milliseconds until it holds, failing the
-// test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval
-	}
 }
 
 func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {

@@ -178,7 +178,7 @@ func TestAcquireOutcomes(t *testing.T) {
 					_, err := m.Lock(ctx)
 					done <- err
 				}()
-				waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return e.waiters() == 1 })
+				redistest.Eventually(t, 5*time.Second, "the waiter to queue", func() bool { return e.waiters() == 1 })
 				cancel()
 				select {
 				case err := <-done:
@@ -268,14 +268,14 @@ func TestAcquireWoken(t *testing.T) {
 			_, err := waiter.Lock(ctx)
 			done <- err
 		}()
-		waitFor(t, 5*time.Second, "fairlock.waiter.count = 1", func() bool { return e.waiters() == 1 })
+		redistest.Eventually(t, 5*time.Second, "fairlock.waiter.count = 1", func() bool { return e.waiters() == 1 })
 		if m := e.collect()["fairlock.waiter.count"]; m.Unit != "{waiter}" || m.Description == "" {
 			t.Errorf("fairlock.waiter.count unit %q description %q, want {waiter} and a description", m.Unit, m.Description)
 		}
 		// Unlock only after the waiter's second acquire attempt, made once
 		// subscribed, has returned: from then on the waiter waits for a
 		// wake-up (or its 1.7 s heartbeat), so the unlock's message wakes it.
-		waitFor(t, 5*time.Second, "the waiter's second attempt", func() bool {
+		redistest.Eventually(t, 5*time.Second, "the waiter's second attempt", func() bool {
 			n := 0
 			for _, s := range e.spans.GetSpans() {
 				if s.SpanContext.TraceID() == req.SpanContext().TraceID() && (s.Name == "EVALSHA" || s.Name == "EVAL") {
@@ -521,12 +521,12 @@ func TestRenewals(t *testing.T) {
 		if _, err := m.Lock(context.Background()); err != nil {
 			t.Fatalf("Lock: %v", err)
 		}
-		waitFor(t, 5*time.Second, "a successful renewal", func() bool {
+		redistest.Eventually(t, 5*time.Second, "a successful renewal", func() bool {
 			p, _ := e.find("fairlock.lease.renewals")
 			return p.value >= 1
 		})
 		e.srv.Pause(t)
-		waitFor(t, 10*time.Second, "a failed renewal", func() bool {
+		redistest.Eventually(t, 10*time.Second, "a failed renewal", func() bool {
 			for _, p := range points(e.collect()["fairlock.lease.renewals"]) {
 				if v, ok := p.attrs.Value("error.type"); ok && v.AsString() == "timeout" && p.value >= 1 {
 					return true

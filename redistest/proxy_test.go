@@ -179,7 +179,7 @@ func TestProxyResetAll(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("read after ResetAll = %q, %v; want ECONNRESET", line, err)
 	}
-	waitFor(t, 10*time.Second, "the server to drop the proxied client", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the server to drop the proxied client", func() bool {
 		return connectedClients(t, s) == 0
 	})
 
@@ -252,8 +252,8 @@ func TestProxyConns(t *testing.T) {
 	// A client that hangs up: the EOF reaches the server, which closes its
 	// side, and the pair is gone.
 	conns[0].Close()
-	waitFor(t, 10*time.Second, "Conns to drop to 2", func() bool { return p.Conns() == 2 })
-	waitFor(t, 10*time.Second, "the server to see 2 clients", func() bool { return connectedClients(t, s) == 2 })
+	redistest.Eventually(t, 10*time.Second, "Conns to drop to 2", func() bool { return p.Conns() == 2 })
+	redistest.Eventually(t, 10*time.Second, "the server to see 2 clients", func() bool { return connectedClients(t, s) == 2 })
 	// A server that goes away: its FIN is passed on (the clients read
 	// EOF), and once they hang up too the pairs are gone.
 	s.Kill(t)
@@ -263,7 +263,7 @@ func TestProxyConns(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, 10*time.Second, "Conns to drop to 0", func() bool { return p.Conns() == 0 })
+	redistest.Eventually(t, 10*time.Second, "Conns to drop to 0", func() bool { return p.Conns() == 0 })
 }
 
 // TestProxyStopsItsGoroutines leaves connections in every state (idle,
@@ -285,12 +285,12 @@ func TestProxyStopsItsGoroutines(t *testing.T) {
 		p.Blackhole(true)
 		held.send(t, "PING")
 		dialRaw(t, p.Addr()).send(t, "PING") // accepted under the blackhole
-		waitFor(t, 10*time.Second, "4 connections", func() bool { return p.Conns() == 4 })
+		redistest.Eventually(t, 10*time.Second, "4 connections", func() bool { return p.Conns() == 4 })
 		if n := runtime.NumGoroutine(); n <= before {
 			t.Fatalf("%d goroutines with the proxy busy, %d before: the check below proves nothing", n, before)
 		}
 	}) // the proxy's cleanup runs here
-	waitFor(t, 10*time.Second, fmt.Sprintf("goroutines to return to %d", before), func() bool {
+	redistest.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines to return to %d", before), func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }

@@ -630,11 +630,30 @@ func (c *Cluster) Nodes() []*Server {
 	return append([]*Server(nil), c.nodes...)
 }
 
+// Eventually calls cond every EventuallyInterval until it returns true,
+// and fails the test (t.Fatalf, so from the test's goroutine only), naming
+// what it waited for, once timeout has passed first.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !pollEvery(EventuallyInterval, timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// EventuallyInterval is how often Eventually calls its condition.
+const EventuallyInterval = 5 * time.Millisecond
+
 // poll calls cond every pollInterval until it returns true (poll returns
 // true) or timeout elapses (poll returns false).
 func poll(timeout time.Duration, cond func() bool) bool {
+	return pollEvery(pollInterval, timeout, cond)
+}
+
+// pollEvery calls cond every interval until it returns true (pollEvery
+// returns true) or timeout elapses (pollEvery returns false).
+func pollEvery(interval, timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
-	ticker := time.NewTicker(pollInterval)
+	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		if cond() {

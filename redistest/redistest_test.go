@@ -15,20 +15,6 @@ import (
 	"github.com/fairlock/fairlock/redistest"
 )
 
-// waitFor polls cond until it holds or timeout elapses.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	ticker := time.NewTicker(20 * time.Millisecond)
-	defer ticker.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-ticker.C
-	}
-}
-
 func TestBinary(t *testing.T) {
 	path, err := redistest.Binary()
 	if err != nil {
@@ -245,7 +231,7 @@ func TestStartReplica(t *testing.T) {
 		t.Fatalf("replica and primary share port %d", primary.Port())
 	}
 	primary.Do(t, "SET", "k", "v")
-	waitFor(t, 15*time.Second, "key k on the replica", func() bool {
+	redistest.Eventually(t, 15*time.Second, "key k on the replica", func() bool {
 		return replica.Do(t, "GET", "k") == "v"
 	})
 	info, _ := replica.Do(t, "INFO", "replication").(string)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // waiterTimeout is the test waiters' timeout: they heartbeat every third
@@ -38,7 +39,7 @@ func heldWithWaiter(t *testing.T, addr, name string) (holder *lock.Mutex, h *loc
 		got <- err
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
 		st, err := holder.Inspect(ctx, 0)
 		return err == nil && st.QueueLength == 1
 	})

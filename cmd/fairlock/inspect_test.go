@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // inspectJSON is inspect's --json output, as documented.
@@ -122,7 +123,7 @@ func TestInspect_FairlockLock(t *testing.T) {
 				defer wg.Done()
 				_, _ = m.Lock(wctx) // ends when the test cancels wctx
 			}()
-			waitUntil(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i+1), func() bool {
+			redistest.Eventually(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i+1), func() bool {
 				st, err := holder.Inspect(ctx, 0)
 				return err == nil && st.QueueLength == i+1
 			})
@@ -307,7 +308,7 @@ func TestInspect_Descriptions(t *testing.T) {
 			defer wg.Done()
 			_, _ = m.Lock(wctx)
 		}()
-		waitUntil(t, 10*time.Second, "the waiter to queue", func() bool {
+		redistest.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
 			st, err := holder.Inspect(ctx, 0)
 			return err == nil && st.QueueLength == i+1
 		})

@@ -285,17 +285,3 @@ func mustMutex(t *testing.T, c *lock.Client, name string) *lock.Mutex {
 	}
 	return m
 }
-
-// waitUntil polls cond, at most for timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
