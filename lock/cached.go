@@ -28,6 +28,7 @@ import (
 //	HGETALL hash                     HGETALL hash
 //	LRANGE queue 0 limit-1           LRANGE queue 0 limit-1
 //	ZSCORE alive|timeouts owner      ZMSCORE alive|timeouts owners...
+//	PTTL token                       PEXPIRETIME token, less the server's clock
 //
 // PTTL cannot be cached: its reply changes with time, which invalidates
 // nothing. The script reads everything at one instant; the cached reads
@@ -128,15 +129,16 @@ func (m *Mutex) cachedState(ctx context.Context, kind readKind, limit int) (st S
 	}
 	r := cachedRead{m: m, ctx: ctx, cb: cb, maxStale: cr.maxStale}
 	rep, owners, err := r.inspectReply(kind, limit, now)
+	var ev evidence
 	if err == nil {
-		st, err = decodeInspect(rep)
+		st, ev, err = decodeInspect(rep)
 	}
 	if err != nil {
 		cr.noteFailure(err)
 		return State{}, false
 	}
 	if owners != nil {
-		owners.describe(&st)
+		owners.describe(&st, ev)
 	}
 	return st, true
 }
@@ -158,11 +160,12 @@ func (r cachedRead) read(cmds [][]string) ([]backend.Reply, error) {
 }
 
 // inspectReply returns inspect.lua's reply {now ms, pttl ms, token, queue
-// length, hash fields and counts, queue entries} from cached reads, with
-// what kind does not need left empty; for Inspect, also the second read's
-// owners when it made one (the lock has holders or listed waiters).
+// length, hash fields and counts, queue entries, token pttl ms} from
+// cached reads, with what kind does not need left empty; for Inspect,
+// also the second read's owners when it made one (the lock has holders or
+// listed waiters).
 func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backend.Reply, *cachedOwners, error) {
-	rep := []backend.Reply{backend.IntReply(now.UnixMilli()), backend.IntReply(-2), backend.IntReply(0), backend.IntReply(0), backend.ArrayReply(), backend.ArrayReply()}
+	rep := []backend.Reply{backend.IntReply(now.UnixMilli()), backend.IntReply(-2), backend.IntReply(0), backend.IntReply(0), backend.ArrayReply(), backend.ArrayReply(), backend.IntReply(-2)}
 	k := r.m.keys
 	switch kind {
 	case readHolders:
@@ -180,7 +183,7 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 		rep[1], err = pttl(reps[0], now)
 		return backend.ArrayReply(rep...), nil, err
 	}
-	cmds := [][]string{{"HGETALL", k.hash}, {"PEXPIRETIME", k.hash}, {"GET", k.token}, {"LLEN", k.queue}, {"ZCOUNT", k.alive, leftMark, leftMark}}
+	cmds := [][]string{{"HGETALL", k.hash}, {"PEXPIRETIME", k.hash}, {"GET", k.token}, {"LLEN", k.queue}, {"ZCOUNT", k.alive, leftMark, leftMark}, {"PEXPIRETIME", k.token}}
 	if limit > 0 {
 		cmds = append(cmds, []string{"LRANGE", k.queue, "0", strconv.Itoa(limit - 1)})
 	}
@@ -189,6 +192,9 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 		return backend.Reply{}, nil, err
 	}
 	if rep[1], err = pttl(reps[1], now); err != nil {
+		return backend.Reply{}, nil, err
+	}
+	if rep[6], err = pttl(reps[5], now); err != nil {
 		return backend.Reply{}, nil, err
 	}
 	if rep[3], err = queueLength(reps[3], reps[4]); err != nil {
@@ -202,7 +208,7 @@ func (r cachedRead) inspectReply(kind readKind, limit int, now time.Time) (backe
 	}
 	var queue []backend.Reply
 	if limit > 0 {
-		queue = reps[5].Elems
+		queue = reps[6].Elems
 	}
 	if len(rep[4].Elems) == 0 && len(queue) == 0 {
 		return backend.ArrayReply(rep...), nil, nil
@@ -255,13 +261,11 @@ func (cr *cachedReads) noteFailure(err error) {
 // cachedOwners is the second read of a cached Inspect, for a lock with
 // holders or listed waiters: the clients' descriptions
 // (read_description.lua reads the same keys) and the waiters' deadlines
-// in both zsets, which give inspect.lua's queue entries and
-// waiter_kinds.lua's answer.
+// in both zsets, which give inspect.lua's queue entries.
 type cachedOwners struct {
 	m       *Mutex
 	waiters []string
-	clients []string // distinct client IDs, in order of appearance
-	known   map[string]*ownerFacts
+	index   *ownerIndex
 	cmds    [][]string      // a GET per client, then ZMSCORE alive and timeouts
 	reps    []backend.Reply // their replies
 }
@@ -269,15 +273,15 @@ type cachedOwners struct {
 // newCachedOwners takes the HGETALL reply's fields and counts and the
 // LRANGE reply's owners.
 func (m *Mutex) newCachedOwners(fields, queue []backend.Reply) *cachedOwners {
-	o := &cachedOwners{m: m, known: map[string]*ownerFacts{}}
+	o := &cachedOwners{m: m, index: newOwnerIndex(m.c.id)}
 	for i := 0; i < len(fields); i += 2 {
-		o.facts(fields[i].Str)
+		o.index.facts(fields[i].Str)
 	}
 	for _, w := range queue {
 		o.waiters = append(o.waiters, w.Str)
-		o.facts(w.Str)
+		o.index.facts(w.Str)
 	}
-	for _, id := range o.clients {
+	for _, id := range o.index.clients {
 		o.cmds = append(o.cmds, []string{"GET", m.c.descriptionKey(id)})
 	}
 	if len(o.waiters) > 0 {
@@ -285,91 +289,45 @@ func (m *Mutex) newCachedOwners(fields, queue []backend.Reply) *cachedOwners {
 			append([]string{"ZMSCORE", m.keys.alive}, o.waiters...),
 			append([]string{"ZMSCORE", m.keys.timeouts}, o.waiters...))
 	}
-	if len(fields) > 0 { // holders: the expiries holderEvidence compares
-		o.cmds = append(o.cmds, []string{"PEXPIRETIME", m.keys.hash}, []string{"PEXPIRETIME", m.keys.token})
-	}
 	return o
 }
 
-// facts returns what is known of owner's client, nil for an owner field
-// of another form (as describeOwners).
-func (o *cachedOwners) facts(owner string) *ownerFacts {
-	id, err := ParseOwner(owner)
-	if err != nil {
-		return nil
-	}
-	f := o.known[id.ClientID]
-	if f == nil {
-		f = &ownerFacts{fairlock: id.ClientID == o.m.c.id}
-		o.known[id.ClientID] = f
-		o.clients = append(o.clients, id.ClientID)
-	}
-	return f
-}
-
-// entries returns inspect.lua's queue entries {owner, deadline, ...}
-// from the ZMSCORE replies: the liveness deadline, else the Redisson
-// one, else "".
+// entries returns inspect.lua's queue entries {owner, deadline,
+// heartbeats, ...} from the ZMSCORE replies: the liveness deadline, else
+// the Redisson one, else ""; heartbeats 1 with a liveness deadline.
 func (o *cachedOwners) entries() (backend.Reply, error) {
 	if len(o.waiters) == 0 {
 		return backend.ArrayReply(), nil
 	}
-	alive, timeouts := o.reps[len(o.clients)].Elems, o.reps[len(o.clients)+1].Elems
+	clients := len(o.index.clients)
+	alive, timeouts := o.reps[clients].Elems, o.reps[clients+1].Elems
 	if len(alive) != len(o.waiters) || len(timeouts) != len(o.waiters) {
-		return backend.Reply{}, fmt.Errorf("%w: ZMSCORE of %d waiters: %v, %v", backend.ErrUnexpectedReply, len(o.waiters), o.reps[len(o.clients)], o.reps[len(o.clients)+1])
+		return backend.Reply{}, fmt.Errorf("%w: ZMSCORE of %d waiters: %v, %v", backend.ErrUnexpectedReply, len(o.waiters), o.reps[clients], o.reps[clients+1])
 	}
-	out := make([]backend.Reply, 0, 2*len(o.waiters))
+	out := make([]backend.Reply, 0, 3*len(o.waiters))
 	for i, w := range o.waiters {
-		if isLeftMark(alive[i]) {
-			continue // an entry its owner left behind: inspect.lua skips it
+		switch {
+		case isLeftMark(alive[i]):
+			// an entry its owner left behind: inspect.lua skips it
+		case alive[i].Kind != backend.Nil:
+			out = append(out, backend.StringReply(w), alive[i], backend.IntReply(1))
+		case timeouts[i].Kind != backend.Nil:
+			out = append(out, backend.StringReply(w), timeouts[i], backend.IntReply(0))
+		default:
+			out = append(out, backend.StringReply(w), backend.StringReply(""), backend.IntReply(0))
 		}
-		deadline := alive[i]
-		if deadline.Kind == backend.Nil {
-			deadline = timeouts[i]
-		}
-		if deadline.Kind == backend.Nil {
-			deadline = backend.StringReply("")
-		}
-		out = append(out, backend.StringReply(w), deadline)
 	}
 	return backend.ArrayReply(out...), nil
 }
 
 // describe fills in the Description and Kind of st's holders and waiters
-// as describeOwners does, from the GET and ZMSCORE replies (entries has
-// checked the latter's shape).
-func (o *cachedOwners) describe(st *State) {
-	results := make([]backend.Result, len(o.clients), len(o.clients)+1)
-	for i := range o.clients {
-		results[i].Reply = o.reps[i]
-	}
-	if len(o.waiters) > 0 {
-		var kinds []backend.Reply // for the waiters entries listed
-		for _, score := range o.reps[len(o.clients)].Elems {
-			switch {
-			case isLeftMark(score):
-			case score.Kind == backend.Nil:
-				kinds = append(kinds, backend.IntReply(0))
-			default:
-				kinds = append(kinds, backend.IntReply(1))
-			}
-		}
-		results = append(results, backend.Result{Reply: backend.ArrayReply(kinds...)})
-	}
-	if err := decodeDescriptions(results, o.clients, o.known, st.Queue); err != nil {
+// as describeOwners does: the kinds from ev, the descriptions from the GET
+// replies.
+func (o *cachedOwners) describe(st *State, ev evidence) {
+	descriptions := o.reps[:len(o.index.clients)]
+	o.index.learn(st, ev)
+	if err := o.index.setDescriptions(descriptions); err != nil {
 		st.DescriptionErr = fmt.Errorf("lock %q: client descriptions: %w", o.m.name, err)
 	}
-	if len(st.Holders) > 0 && len(o.reps) >= 2 {
-		hash, err1 := o.reps[len(o.reps)-2].AsInt()
-		token, err2 := o.reps[len(o.reps)-1].AsInt()
-		if err1 == nil && err2 == nil {
-			holderEvidence(st.Holders, o.facts, hash, token)
-		}
-	}
-	for i := range st.Holders {
-		st.Holders[i].Kind, st.Holders[i].Description = o.facts(st.Holders[i].Owner).describe()
-	}
-	for i := range st.Queue {
-		st.Queue[i].Kind, st.Queue[i].Description = o.facts(st.Queue[i].Owner).describe()
-	}
+	o.index.fill(st)
 }

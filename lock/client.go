@@ -46,7 +46,7 @@ type Client struct {
 // built per Client like scriptSet. Each file builds its script's KEYS and
 // ARGV next to its embedded Lua.
 type extraScripts struct {
-	prune, describe, readDescription, waiterKinds, holderTTLs *backend.Script
+	prune, describe, readDescription *backend.Script
 }
 
 func newExtraScripts() extraScripts {
@@ -54,8 +54,6 @@ func newExtraScripts() extraScripts {
 		prune:           backend.NewScript("prune", preludeLua+"\n"+pruneLua),
 		describe:        backend.NewScript("describe", describeLua),
 		readDescription: backend.NewScript("read_description", readDescriptionLua),
-		waiterKinds:     backend.NewScript("waiter_kinds", waiterKindsLua),
-		holderTTLs:      backend.NewScript("holder_ttls", holderTTLsLua),
 	}
 }
 

@@ -12,17 +12,12 @@ import (
 )
 
 // Client descriptions (WithDescription) and what Inspect tells of owners:
-// describe.lua, read_description.lua, waiter_kinds.lua and the Go that
-// calls them.
+// describe.lua, read_description.lua and the Go that calls them.
 var (
 	//go:embed scripts/describe.lua
 	describeLua string
 	//go:embed scripts/read_description.lua
 	readDescriptionLua string
-	//go:embed scripts/waiter_kinds.lua
-	waiterKindsLua string
-	//go:embed scripts/holder_ttls.lua
-	holderTTLsLua string
 )
 
 // Description says who a client is, for people looking at a lock: Inspect
@@ -139,70 +134,115 @@ type describeCall struct {
 func (d describeCall) args() []string { return []string{d.value, ms(d.ttl)} }
 
 // describeOwners fills in the Description and Kind of st's holders and
-// waiters: one pipelined batch of a waiter_kinds.lua run on the lock's
-// keys (when waiters are listed) and a read_description.lua run per
+// waiters: the kinds from ev, read with st (inspect.lua), the
+// descriptions from one pipelined batch of a read_description.lua run per
 // client ID (each key in its own slot). When the batch fails, st keeps
-// what the client knows without it, and st.DescriptionErr says why.
-func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State) {
+// the kinds, and st.DescriptionErr says why.
+func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State, ev evidence) {
 	if len(st.Holders) == 0 && len(st.Queue) == 0 {
 		return
 	}
-	var (
-		clients []string // distinct client IDs, in order of appearance
-		known   = map[string]*ownerFacts{}
-	)
-	facts := func(owner string) *ownerFacts {
-		o, err := ParseOwner(owner)
-		if err != nil {
-			return nil
-		}
-		f := known[o.ClientID]
-		if f == nil {
-			f = &ownerFacts{fairlock: o.ClientID == c.id}
-			known[o.ClientID] = f
-			clients = append(clients, o.ClientID)
-		}
-		return f
-	}
-	for _, h := range st.Holders {
-		facts(h.Owner)
-	}
-	waiters := make([]string, len(st.Queue))
-	for i, w := range st.Queue {
-		waiters[i] = w.Owner
-		facts(w.Owner)
-	}
-
-	calls := make([]backend.Call, 0, len(clients)+1)
-	for _, id := range clients {
-		calls = append(calls, backend.Call{Script: c.extra.readDescription, Keys: []string{c.descriptionKey(id)}})
-	}
-	if len(waiters) > 0 {
-		calls = append(calls, backend.Call{Script: c.extra.waiterKinds, Keys: m.keys.scriptKeys(), Args: waiters})
-	}
-	if len(st.Holders) > 0 {
-		calls = append(calls, backend.Call{Script: c.extra.holderTTLs, Keys: m.keys.scriptKeys()})
+	o := newOwnerIndex(c.id)
+	o.learn(st, ev)
+	calls := make([]backend.Call, len(o.clients))
+	for i, id := range o.clients {
+		calls[i] = backend.Call{Script: c.extra.readDescription, Keys: []string{c.descriptionKey(id)}}
 	}
 	results, err := c.readDescriptions(ctx, calls)
 	if err == nil {
-		err = decodeDescriptions(results, clients, known, st.Queue)
-	}
-	if err == nil && len(st.Holders) > 0 {
-		ttls, terr := results[len(results)-1].Reply.AsInts()
-		if terr != nil || len(ttls) != 2 {
-			err = fmt.Errorf("%w: holder_ttls: %v", ErrUnexpectedReply, results[len(results)-1].Reply)
-		} else {
-			holderEvidence(st.Holders, facts, ttls[0], ttls[1])
+		replies := make([]backend.Reply, len(results))
+		for i, r := range results {
+			replies[i] = r.Reply
 		}
+		err = o.setDescriptions(replies)
 	}
 	if err != nil {
 		st.DescriptionErr = fmt.Errorf("lock %q: client descriptions: %w", m.name, err)
 	}
+	o.fill(st)
+}
+
+// ownerIndex is what Inspect learns of each client ID among a lock's
+// holders and waiters.
+type ownerIndex struct {
+	self    string   // the inspecting client's ID: a fairlock client
+	clients []string // distinct client IDs, in order of appearance
+	known   map[string]*ownerFacts
+}
+
+func newOwnerIndex(self string) *ownerIndex {
+	return &ownerIndex{self: self, known: map[string]*ownerFacts{}}
+}
+
+// facts returns what is known of owner's client, nil for an owner field
+// of another form.
+func (o *ownerIndex) facts(owner string) *ownerFacts {
+	id, err := ParseOwner(owner)
+	if err != nil {
+		return nil
+	}
+	f := o.known[id.ClientID]
+	if f == nil {
+		f = &ownerFacts{fairlock: id.ClientID == o.self}
+		o.known[id.ClientID] = f
+		o.clients = append(o.clients, id.ClientID)
+	}
+	return f
+}
+
+// learn takes the evidence of st's snapshot: which listed waiters
+// heartbeat, and the hash's and the counter's expiries for the holders.
+func (o *ownerIndex) learn(st *State, ev evidence) {
+	for i, w := range st.Queue {
+		f := o.facts(w.Owner)
+		switch {
+		case f == nil || i >= len(ev.heartbeats):
+		case ev.heartbeats[i]:
+			f.fairlock = true
+		default:
+			f.redisson = true
+		}
+	}
+	for _, h := range st.Holders {
+		o.facts(h.Owner)
+	}
+	if len(st.Holders) > 0 {
+		holderEvidence(st.Holders, o.facts, ev.hashTTL, ev.tokenTTL)
+	}
+}
+
+// setDescriptions decodes one description read (read_description.lua or
+// GET) per client, in o.clients' order. A malformed description is
+// reported and skipped; the others still count.
+func (o *ownerIndex) setDescriptions(replies []backend.Reply) error {
+	if len(replies) != len(o.clients) {
+		return fmt.Errorf("%w: %d description replies for %d clients", ErrUnexpectedReply, len(replies), len(o.clients))
+	}
+	var errs []error
+	for i, id := range o.clients {
+		switch rep := replies[i]; rep.Kind {
+		case backend.Nil:
+		case backend.String:
+			var d Description
+			if err := json.Unmarshal([]byte(rep.Str), &d); err != nil {
+				errs = append(errs, fmt.Errorf("%w: description of client %s: %v", ErrUnexpectedReply, id, err))
+				continue
+			}
+			o.known[id].desc = &d
+		default:
+			errs = append(errs, fmt.Errorf("%w: read_description: %v", ErrUnexpectedReply, rep))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fill sets the Kind and Description of st's holders and waiters.
+func (o *ownerIndex) fill(st *State) {
 	for i := range st.Holders {
-		st.Holders[i].Kind, st.Holders[i].Description = facts(st.Holders[i].Owner).describe()
+		st.Holders[i].Kind, st.Holders[i].Description = o.facts(st.Holders[i].Owner).describe()
 	}
 	for i := range st.Queue {
-		st.Queue[i].Kind, st.Queue[i].Description = facts(st.Queue[i].Owner).describe()
+		st.Queue[i].Kind, st.Queue[i].Description = o.facts(st.Queue[i].Owner).describe()
 	}
 }
 
@@ -280,44 +320,4 @@ func batchErr(results []backend.Result, calls int) error {
 		}
 	}
 	return nil
-}
-
-// decodeDescriptions decodes the batch of describeOwners: one
-// read_description.lua reply per client, then, when waiters are listed,
-// the waiter_kinds.lua reply. A malformed description is reported and
-// skipped; the others still count.
-func decodeDescriptions(results []backend.Result, clients []string, known map[string]*ownerFacts, queue []Waiter) error {
-	var errs []error
-	for i, id := range clients {
-		switch rep := results[i].Reply; rep.Kind {
-		case backend.Nil:
-		case backend.String:
-			var d Description
-			if err := json.Unmarshal([]byte(rep.Str), &d); err != nil {
-				errs = append(errs, fmt.Errorf("%w: description of client %s: %v", ErrUnexpectedReply, id, err))
-				continue
-			}
-			known[id].desc = &d
-		default:
-			errs = append(errs, fmt.Errorf("%w: read_description: %v", ErrUnexpectedReply, rep))
-		}
-	}
-	if len(queue) > 0 {
-		alive, err := results[len(clients)].Reply.AsInts()
-		if err != nil || len(alive) != len(queue) {
-			return errors.Join(append(errs, fmt.Errorf("%w: waiter_kinds: %v", ErrUnexpectedReply, results[len(clients)].Reply))...)
-		}
-		for i, w := range queue {
-			o, err := ParseOwner(w.Owner)
-			if err != nil {
-				continue
-			}
-			if alive[i] == 1 {
-				known[o.ClientID].fairlock = true
-			} else {
-				known[o.ClientID].redisson = true
-			}
-		}
-	}
-	return errors.Join(errs...)
 }

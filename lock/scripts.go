@@ -239,24 +239,36 @@ func isLeftMark(score backend.Reply) bool {
 // inspectArgs are the arguments of inspect.lua.
 func inspectArgs(limit int) []string { return []string{strconv.Itoa(limit)} }
 
+// evidence is what inspect.lua's reply tells of the owners' clients
+// beyond State, read at the same instant (describeOwners uses it).
+type evidence struct {
+	// heartbeats says, for each entry of State.Queue, whether the waiter
+	// has a fairlock liveness deadline (X2): a fairlock waiter.
+	heartbeats []bool
+	// hashTTL and tokenTTL are the lock hash's and the token counter's
+	// PTTLs (holderEvidence).
+	hashTTL, tokenTTL int64
+}
+
 // decodeInspect decodes inspect.lua's reply.
-func decodeInspect(rep backend.Reply) (State, error) {
-	bad := func(what string) (State, error) {
-		return State{}, fmt.Errorf("%w: inspect: %s", ErrUnexpectedReply, what)
+func decodeInspect(rep backend.Reply) (State, evidence, error) {
+	bad := func(what string) (State, evidence, error) {
+		return State{}, evidence{}, fmt.Errorf("%w: inspect: %s", ErrUnexpectedReply, what)
 	}
-	if rep.Kind != backend.Array || len(rep.Elems) != 6 {
-		return bad("not a 6-element array")
+	if rep.Kind != backend.Array || len(rep.Elems) != 7 {
+		return bad("not a 7-element array")
 	}
 	e := rep.Elems
-	var nums [4]int64
-	for i := range nums {
-		n, err := e[i].AsInt()
+	var nums [5]int64
+	for i, j := range []int{0, 1, 2, 3, 6} {
+		n, err := e[j].AsInt()
 		if err != nil {
 			return bad(err.Error())
 		}
 		nums[i] = n
 	}
 	st := State{ServerTime: time.UnixMilli(nums[0]), Token: nums[2], QueueLength: int(nums[3])}
+	ev := evidence{hashTTL: nums[1], tokenTTL: nums[4]}
 	switch pttl := nums[1]; {
 	case pttl == -1:
 		st.TTL = -1
@@ -264,8 +276,8 @@ func decodeInspect(rep backend.Reply) (State, error) {
 		st.TTL = time.Duration(pttl) * time.Millisecond
 	}
 	fields, queue := e[4].Elems, e[5].Elems
-	if len(fields)%2 != 0 || len(queue)%2 != 0 {
-		return bad("odd field list")
+	if len(fields)%2 != 0 || len(queue)%3 != 0 {
+		return bad("odd field or queue list")
 	}
 	for i := 0; i < len(fields); i += 2 {
 		n, err := fields[i+1].AsInt()
@@ -276,7 +288,7 @@ func decodeInspect(rep backend.Reply) (State, error) {
 		// client (hand_over in prelude.lua): one hold.
 		st.Holders = append(st.Holders, Holder{Owner: fields[i].Str, Count: max(int(n), 1)})
 	}
-	for i := 0; i < len(queue); i += 2 {
+	for i := 0; i < len(queue); i += 3 {
 		w := Waiter{Owner: queue[i].Str}
 		if s := queue[i+1].Str; s != "" {
 			f, err := strconv.ParseFloat(s, 64)
@@ -285,7 +297,12 @@ func decodeInspect(rep backend.Reply) (State, error) {
 			}
 			w.Deadline = time.UnixMilli(int64(f))
 		}
+		beats, err := queue[i+2].AsInt()
+		if err != nil {
+			return bad(err.Error())
+		}
 		st.Queue = append(st.Queue, w)
+		ev.heartbeats = append(ev.heartbeats, beats == 1)
 	}
-	return st, nil
+	return st, ev, nil
 }

@@ -101,7 +101,7 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 		return st, nil
 	}
 	sent := time.Now()
-	st, err := m.read(ctx, limit)
+	st, ev, err := m.read(ctx, limit)
 	if cr := m.c.cfg.cached; cr != nil {
 		cr.clock.observe(st.ServerTime, sent, time.Now(), err)
 	}
@@ -109,7 +109,7 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 		return State{}, m.errorf(err)
 	}
 	if kind == readAll {
-		m.c.describeOwners(ctx, m, &st)
+		m.c.describeOwners(ctx, m, &st, ev)
 	}
 	return st, nil
 }
@@ -119,14 +119,14 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 // times, with back-off.
 const readAttempts = 3
 
-func (m *Mutex) read(ctx context.Context, limit int) (State, error) {
+func (m *Mutex) read(ctx context.Context, limit int) (State, evidence, error) {
 	var rep backend.Reply
 	err := m.c.retryRead(ctx, func() (err error) {
 		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect, m.keys.scriptKeys(), inspectArgs(limit))
 		return err
 	})
 	if err != nil {
-		return State{}, err
+		return State{}, evidence{}, err
 	}
 	return decodeInspect(rep)
 }

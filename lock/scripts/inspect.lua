@@ -10,10 +10,14 @@
 -- Returns {now ms, lock pttl ms, token, queue length (without the entries
 --          owners left behind, leave.lua),
 --          {field, count, field, count, ...},
---          {owner, deadline, owner, deadline, ...}}; a waiter's deadline is
--- its fairlock liveness deadline, or for a Redisson waiter its Redisson
--- deadline ('' when it has neither). Entries owners left behind (liveness
--- deadline left_mark) are skipped.
+--          {owner, deadline, heartbeats, owner, deadline, heartbeats, ...},
+--          token counter pttl ms}; a waiter's deadline is its fairlock
+-- liveness deadline, or for a Redisson waiter its Redisson deadline (''
+-- when it has neither), and heartbeats is 1 when it has a liveness
+-- deadline (only fairlock waiters write one, X2), else 0. Entries owners
+-- left behind (liveness deadline left_mark) are skipped. The two PTTLs,
+-- read at one instant, tell a fairlock holder from a Redisson one
+-- (Mutex.Inspect: fairlock keeps the counter alive as long as its holds).
 --
 -- Rules: B9 reads. It visits at most ARGV[1] waiters.
 local entries = {}
@@ -21,9 +25,14 @@ local limit = tonumber(ARGV[1])
 if limit > 0 then
   for _, owner in ipairs(redis.call('lrange', KEYS[2], 0, limit - 1)) do
     local live = redis.call('zscore', KEYS[4], owner)
-    if (not live) or tonumber(live) ~= left_mark then
+    if not live then
       entries[#entries + 1] = owner
-      entries[#entries + 1] = live or redis.call('zscore', KEYS[3], owner) or ''
+      entries[#entries + 1] = redis.call('zscore', KEYS[3], owner) or ''
+      entries[#entries + 1] = 0
+    elseif tonumber(live) ~= left_mark then
+      entries[#entries + 1] = owner
+      entries[#entries + 1] = live
+      entries[#entries + 1] = 1
     end
   end
 end
@@ -34,4 +43,5 @@ return {
   math.max(redis.call('llen', KEYS[2]) - redis.call('zcount', KEYS[4], left_mark, left_mark), 0),
   redis.call('hgetall', KEYS[1]),
   entries,
+  redis.call('pttl', KEYS[5]),
 }
