@@ -17,6 +17,8 @@ func handOverCases() []testCase {
 	return []testCase{
 		{name: "B4_HandOverInOneMessage", run: testB4OneMessage},
 		{name: "X12_StaleGrantMessageGrantsNothing", run: testX12StaleGrant},
+		{name: "X12_SpentGrantMessageGrantsNothing", run: testX12SpentGrant},
+		{name: "B6_HandedOverLeaseRunsOutOnTime", run: testB6HandedOverLease},
 	}
 }
 
@@ -89,4 +91,74 @@ func testX12StaleGrant(t *testing.T, s *suite) {
 		t.Error("the waiter holds with the stale grant's token")
 	}
 	mustUnlock(t, waiter)
+}
+
+// testX12SpentGrant: a grant message for a token this owner has already
+// taken up and released - what another call of the same owner (a Mutex
+// shared by goroutines) sees when the message reaches it late - is
+// ignored, however recent its server time: that call keeps waiting
+// instead of believing it holds a lock the server has given to someone
+// else since.
+func testX12SpentGrant(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t).mutex(t, name)
+	wp := withoutKeyWatch(s.newProc(t))
+	waiter := wp.mutex(t, name)
+	mustLock(t, holder)
+	h := handOver(t, holder, wp, waiter, slack, "the owner's first call after unlock", func() { mustUnlock(t, holder) })
+	spent := h.Token()
+	mustUnlock(t, waiter)
+
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	// The spent grant announced again, with the server's time now: newer
+	// than the call's latest attempt, so only the token tells it is spent.
+	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", name, waiter.Owner())
+	evalRaw(t, wp.b, `local t = redis.call('time')
+return redis.call('publish', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[1] * 1000000 + t[2]))`, []string{channel}, fmt.Sprintf("grant:%d", spent))
+	select {
+	case r := <-ch:
+		t.Fatalf("the owner's second call returned (token %v, %v) on the spent grant %d while another owner holds", r.h.Token(), r.err, spent)
+	case <-time.After(200 * time.Millisecond): // the message had time to arrive and be judged
+	}
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, "the second call after the real hand-over")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.h.Token() <= spent {
+		t.Errorf("the second call holds with token %d, not newer than the spent grant's %d", r.h.Token(), spent)
+	}
+	mustUnlock(t, waiter)
+}
+
+// testB6HandedOverLeaseRunsOutOnTime: a waiter handed the lock holds it for
+// the lease it asked for, not for the hand-over's provisional expiry
+// (twice its liveness left: 6.7 to 10 s with the default waiter timeout).
+// When it never unlocks, its hold ends at the lease and the server frees
+// the lock about then, for the next waiter.
+func testB6HandedOverLease(t *testing.T, s *suite) {
+	const lease = 500 * time.Millisecond
+	name := lockName(t)
+	holder := s.newProc(t).mutex(t, name)
+	wp := s.newProc(t)
+	waiter := wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.TryLock(ctxFor(t, eventually), eventually, lease) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, "the waiter after unlock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	granted := time.Now()
+	ended := awaitDone(t, r.h, lease+slack, "the waiter's hold, never unlocked, at its lease")
+	redistest.Eventually(t, slack, "the server to free the lock after the waiter's lease", func() bool {
+		locked, err := holder.IsLocked(ctxFor(t, time.Second))
+		return err == nil && !locked
+	})
+	t.Logf("lease %v: hold ended %v after the hand-over, lock free %v after it", lease, ended.Sub(granted).Round(time.Millisecond), time.Since(granted).Round(time.Millisecond))
 }

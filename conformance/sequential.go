@@ -66,8 +66,9 @@ func testScriptFlush(t *testing.T, s *suite) {
 }
 
 // testX9Replicas: with WithReplicaAcks, an acquire the replica
-// acknowledged succeeds; with the replica stopped, the acquire is rolled
-// back and reported (X9), leaving nothing behind.
+// acknowledged succeeds; with the replica stopped, the acquire - a
+// re-entry, or a hand-over grant - is rolled back and reported (X9),
+// leaving nothing behind.
 func testX9Replicas(t *testing.T, s *suite) {
 	name := lockName(t)
 	const wait = 300 * time.Millisecond
@@ -127,6 +128,25 @@ func testX9Replicas(t *testing.T, s *suite) {
 		t.Errorf("hold count %d after a rolled-back re-entry, want 1", n)
 	}
 	mustUnlock(t, m)
+
+	// A hand-over grant is taken up only by an acquire sent with WAIT, not
+	// from the wake-up message: with the replica stopped, it is rolled
+	// back and reported too.
+	mustLock(t, observer)
+	ch := goAcquire(func() (*lock.Hold, error) { return m.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, observer, 1)
+	settled(t, p)
+	s.cfg.replica.Pause(t)
+	paused = true
+	mustUnlock(t, observer)
+	if r := await(t, ch, eventually, "the waiter after the hand-over"); !errors.Is(r.err, lock.ErrNotReplicated) {
+		t.Errorf("hand-over with the replica stopped: (token %d, %v), want ErrNotReplicated: the grant was taken up without WAIT", r.h.Token(), r.err)
+	}
+	s.cfg.replica.Resume(t)
+	paused = false
+	if locked, err := observer.IsLocked(ctxFor(t, eventually)); err != nil || locked {
+		t.Errorf("after the hand-over was rolled back: locked %t, %v", locked, err)
+	}
 }
 
 // testX7RenewalFailing: with the server unreachable (paused), the

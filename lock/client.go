@@ -203,13 +203,21 @@ func (c *Client) isClosed() bool {
 	}
 }
 
-// track hands a new hold of owner o to the watchdog; the hold keeps o in
-// the registry while it lasts. It returns false after Close.
-func (c *Client) track(h *Hold, m *Mutex, o *ownerState) bool {
+// track hands a new hold to the watchdog and counts it as a reference to
+// its owner state until it ends (untrack). It returns ErrClosed after
+// Close, and the hold's own error when the hold has ended already (its
+// deadline passed before the grant's reply was applied): an ended hold is
+// never tracked, so nothing keeps it.
+func (c *Client) track(h *Hold, m *Mutex, o *ownerState) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return false
+		return ErrClosed
+	}
+	// holdEnded untracks under c.mu: a hold that ends after this check is
+	// untracked after it is tracked.
+	if err := h.Err(); err != nil {
+		return err
 	}
 	c.holds[h] = holdRef{m: m, o: o}
 	o.refs++
@@ -217,7 +225,7 @@ func (c *Client) track(h *Hold, m *Mutex, o *ownerState) bool {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return true
+	return nil
 }
 
 // untrack forgets a hold that ended.

@@ -63,7 +63,11 @@ func newHold(token int64, count int, sent time.Time, firm, lease time.Duration, 
 	h := &Hold{token: token, acquired: sent, done: make(chan struct{}), ended: ended,
 		count: count, watchdog: watchdog, lease: lease}
 	h.deadline = sent.Add(firm - leaseGuard(firm))
+	// Under the lock: a deadline already passed fires at once, and expire
+	// and end use the timer.
+	h.mu.Lock()
 	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
+	h.mu.Unlock()
 	return h
 }
 
@@ -166,19 +170,23 @@ func (h *Hold) released(count int, sent time.Time) {
 
 // renewal returns what the watchdog sends for this hold: the lease to
 // renew to (0: only check, for a hold with an explicit lease or one being
-// unlocked) and the token. ok is false once the hold has ended.
-func (h *Hold) renewal() (lease time.Duration, token int64, ok bool) {
+// unlocked), and the token. takeUp is true for a hand-over grant not
+// confirmed yet: the server sets it to exactly the lease, the hold's own.
+// ok is false once the hold has ended.
+func (h *Hold) renewal() (call renewCall, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
-		return 0, 0, false
+		return renewCall{}, false
 	}
+	call.token = h.token
 	// While an Unlock is in flight the hold is only checked, so a lock
 	// never outlives its Unlock call by more than a lease (X13).
 	if (h.watchdog || h.unconfirmed) && h.releases == 0 {
-		lease = h.lease
+		call.lease = h.lease
+		call.takeUp = h.unconfirmed
 	}
-	return lease, h.token, true
+	return call, true
 }
 
 // renewed records a renewal (or Extend) to lease sent at sent that the

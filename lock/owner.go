@@ -20,6 +20,10 @@ type ownerState struct {
 
 	// guarded by the gate
 	hold *Hold // the latest hold; it may have ended
+	// lastSpent is the highest token of a grant the owner has taken up or
+	// given back (or the lock's token when it last left the queue): tokens
+	// only grow, so a grant message at or below it is stale.
+	lastSpent int64
 
 	// guarded by Client.mu
 	refs    int        // calls using it, plus one while its hold lasts or a subscription is parked
@@ -46,6 +50,14 @@ func (o *ownerState) current() *Hold {
 	}
 	return nil
 }
+
+// spend records that grants up to token are taken up or given back. The
+// caller holds the gate.
+func (o *ownerState) spend(token int64) { o.lastSpent = max(o.lastSpent, token) }
+
+// spent reports whether a grant of token is taken up or given back
+// already. The caller holds the gate.
+func (o *ownerState) spent(token int64) bool { return token <= o.lastSpent }
 
 // ownerOf returns m's owner state, taking a reference that release gives
 // back.
@@ -80,6 +92,13 @@ func (c *Client) startWaiting(o *ownerState) {
 	c.mu.Lock()
 	o.waiting++
 	c.mu.Unlock()
+}
+
+// waiting reports whether a call of the owner is waiting.
+func (c *Client) waiting(o *ownerState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return o.waiting > 0
 }
 
 // stopWaiting uncounts it and reports whether it was the owner's last

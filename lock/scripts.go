@@ -191,14 +191,21 @@ type renewCall struct {
 	owner string
 	lease time.Duration
 	token int64
+	// takeUp: lease is the hold's own, and a hand-over grant not taken up
+	// yet gets exactly it (the watchdog's confirmation of an adopted
+	// grant); else the hold is never shortened.
+	takeUp bool
 }
 
 func (r renewCall) args() []string {
-	lease := "0"
+	lease, takeUp := "0", "0"
 	if r.lease > 0 {
 		lease = ms(r.lease)
 	}
-	return []string{r.owner, lease, itoa(r.token)}
+	if r.takeUp {
+		takeUp = "1"
+	}
+	return []string{r.owner, lease, itoa(r.token), takeUp}
 }
 
 // decodeRenew reports whether the hold still exists.

@@ -87,6 +87,8 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 		}
 		if r.head {
 			w.becameHead()
+		} else {
+			w.notHead()
 		}
 		g, err := w.sleep(ctx, r.hint)
 		if err != nil {
@@ -145,23 +147,27 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
 	}
 	h := newHold(r.token, r.count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
-	if !w.start(ctx, h) {
-		return nil, ErrClosed
+	if err := w.start(ctx, h); err != nil {
+		return nil, err
 	}
 	return h, nil
 }
 
-// start makes h the owner's hold and hands it to the watchdog. After Close
-// it gives the grant back, so nobody waits for a lease that no one will
-// release, and reports false. The caller holds the gate.
-func (w *waiter) start(ctx context.Context, h *Hold) bool {
-	if !w.m.c.track(h, w.m, w.o) {
-		h.end(ErrClosed)
+// start makes h the owner's hold and hands it to the watchdog. After Close,
+// or when the hold's deadline passed before its grant could be applied (a
+// reply slower than the lease), it gives the grant back, so nobody waits
+// for a lease that no one will release, and returns why. The caller holds
+// the gate.
+func (w *waiter) start(ctx context.Context, h *Hold) error {
+	w.o.spend(h.token)
+	h.expire() // ends it at once if its deadline has passed already
+	if err := w.m.c.track(h, w.m, w.o); err != nil {
+		h.end(err)
 		w.undo(ctx, holdView{})
-		return false
+		return err
 	}
 	w.o.hold = h
-	return true
+	return nil
 }
 
 // adopt takes up a hand-over grant announced on the owner's channel (one
@@ -175,18 +181,21 @@ func (w *waiter) start(ctx context.Context, h *Hold) bool {
 // shorter) - when less than a third of that is left, an attempt takes the
 // grant up instead - and a renewal takes the grant up, extending it to the
 // lease, once a third of that has passed (unless the hold ended sooner). It returns nil - and the caller attempts as usual - when the
-// grant is not for this call or the owner holds already (another
-// goroutine of the owner took the grant up, or an attempt did).
+// grant is not for this call, the owner holds already (another
+// goroutine of the owner took the grant up, or an attempt did), another
+// call of the owner has taken that grant up or given it back already (it
+// is spent), or grants must be acknowledged by replicas (X9: only an
+// attempt, sent with WAIT, takes them up).
 func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
-	if w.lastAck.IsZero() || g.at <= w.ackedAt || w.o.enter(ctx) != nil {
+	c := w.m.c
+	if c.cfg.replicas > 0 || w.lastAck.IsZero() || g.at <= w.ackedAt || w.o.enter(ctx) != nil {
 		return nil
 	}
 	token := g.token
 	defer w.o.exit()
-	if w.o.current() != nil {
+	if w.o.current() != nil || w.o.spent(token) {
 		return nil
 	}
-	c := w.m.c
 	firm := min(w.lease, c.cfg.waiterTimeout)
 	if time.Until(w.lastAck.Add(firm)) < firm/3 {
 		// Too late to trust the grant's first deadline: an attempt takes it
@@ -195,7 +204,7 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 	}
 	h := newHold(token, 1, w.lastAck, firm, w.lease, w.watchdog, w.m.holdEnded)
 	h.unconfirmed = true
-	if !w.start(ctx, h) {
+	if w.start(ctx, h) != nil {
 		return nil
 	}
 	// Renewed to the lease by a third of the firm deadline, so a renewal
@@ -226,6 +235,11 @@ func (w *waiter) undo(ctx context.Context, view holdView) {
 // gate.
 func (w *waiter) giveBack(ctx context.Context, view holdView) error {
 	left, err := w.m.leaveQueue(ctx, view.token)
+	if err == nil {
+		// Every grant this owner had until now is taken up or given back:
+		// a message announcing one is stale for its other calls.
+		w.o.spend(left.held.token)
+	}
 	if err == nil && left.held != view && left.held.count > 0 {
 		cctx, cancel := cleanupContext(ctx)
 		_, _, err = w.m.release(cctx, left.held, w.lease)
@@ -245,6 +259,11 @@ func (w *waiter) leave(ctx context.Context) {
 		return
 	}
 	defer w.o.exit()
+	if w.m.c.waiting(w.o) {
+		// Another call of the owner started waiting meanwhile: the queue
+		// entry, and any grant on its way, are its now.
+		return
+	}
 	_ = w.giveBack(ctx, w.o.current().view())
 }
 
@@ -278,6 +297,13 @@ func (w *waiter) becameHead() {
 	if w.headAt.IsZero() {
 		w.headAt = time.Now()
 	}
+}
+
+// notHead notes that the owner is not first in line (any more: dropped as
+// dead and queued again at the tail), so it stops watching the lock hash.
+func (w *waiter) notHead() {
+	w.headAt = time.Time{}
+	w.watch.stop()
 }
 
 // sleep waits for a wake-up, or at most hint: the heartbeat interval, or

@@ -163,13 +163,13 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 		if !tracked {
 			continue
 		}
-		lease, token, ok := h.renewal()
+		call, ok := h.renewal()
 		if !ok {
 			continue
 		}
-		batch = append(batch, renewal{h: h, m: ref.m, lease: lease})
-		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(),
-			Args: renewCall{owner: ref.m.field, lease: lease, token: token}.args()})
+		call.owner = ref.m.field
+		batch = append(batch, renewal{h: h, m: ref.m, lease: call.lease})
+		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(), Args: call.args()})
 	}
 	c.mu.Unlock()
 	if len(calls) == 0 {

@@ -62,9 +62,9 @@ if held then
   end
   if granted then
     -- Handed over to this owner while its client did not know yet (the
-    -- message is on its way, or was lost): take it up.
+    -- message is on its way, or was lost): take it up, for this lease.
     redis.call('hset', KEYS[1], me, 1)
-    extend(KEYS[1], KEYS[5], lease, ttl)
+    take_up(KEYS[1], KEYS[5], lease)
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.

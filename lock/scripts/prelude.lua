@@ -176,6 +176,17 @@ local function extend(hash, token_key, lease, ttl)
   end
 end
 
+-- take_up turns a hand-over grant (field 0, hand_over_to) into a hold of
+-- lease ms: the grant's provisional expiry, twice the waiter's liveness
+-- left, gives way to the lease, shorter or longer. The client counts the
+-- grant's deadline from its latest attempt plus at most the lease, and
+-- the new hold's from a request sent before now, so the expiry set here
+-- is never before either (X12). The token counter lives as long.
+local function take_up(hash, token_key, lease)
+  redis.call('pexpire', hash, lease)
+  extend(hash, token_key, lease, lease)
+end
+
 -- next_token draws the fencing token of a new hold (X6). While the counter
 -- lives it counts up by one; when it has expired (the lock unused for a
 -- lease and a second), it starts again from the server's clock in
