@@ -136,29 +136,45 @@ return redis.call('publish', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[
 
 // testB6HandedOverLeaseRunsOutOnTime: a waiter handed the lock holds it for
 // the lease it asked for, not for the hand-over's provisional expiry
-// (twice its liveness left: 6.7 to 10 s with the default waiter timeout).
-// When it never unlocks, its hold ends at the lease and the server frees
-// the lock about then, for the next waiter.
+// (twice its liveness left: 6.7 to 10 s with the default waiter timeout) -
+// also when it extends the hold before its client confirmed the grant.
+// When it never unlocks, its hold ends at the lease, the server frees the
+// lock about then, and the next waiter, told the new expiry (its own
+// heartbeat is 10 s apart, and it has no key watch), takes it at once.
 func testB6HandedOverLease(t *testing.T, s *suite) {
 	const lease = 500 * time.Millisecond
-	name := lockName(t)
-	holder := s.newProc(t).mutex(t, name)
-	wp := s.newProc(t)
-	waiter := wp.mutex(t, name)
-	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.TryLock(ctxFor(t, eventually), eventually, lease) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
-	mustUnlock(t, holder)
-	r := await(t, ch, eventually, "the waiter after unlock")
-	if r.err != nil {
-		t.Fatal(r.err)
+	for _, extend := range []bool{false, true} {
+		name := lockName(t)
+		holder := s.newProc(t).mutex(t, name)
+		wp := s.newProc(t)
+		waiter := wp.mutex(t, name)
+		np := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(30*time.Second)))
+		next := np.mutex(t, name)
+		mustLock(t, holder)
+		ch := goAcquire(func() (*lock.Hold, error) { return waiter.TryLock(ctxFor(t, eventually), eventually, lease) })
+		waitQueued(t, holder, 1)
+		settled(t, wp)
+		nch := goAcquire(func() (*lock.Hold, error) { return next.Lock(ctxFor(t, 30*time.Second)) })
+		waitQueued(t, holder, 2)
+		settled(t, np)
+		mustUnlock(t, holder)
+		r := await(t, ch, eventually, "the waiter after unlock")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		granted := time.Now()
+		if extend {
+			if err := waiter.Extend(ctxFor(t, eventually), r.h, lease); err != nil {
+				t.Fatalf("Extend right after the hand-over: %v", err)
+			}
+		}
+		ended := awaitDone(t, r.h, lease+slack, "the waiter's hold, never unlocked, at its lease")
+		rn := await(t, nch, slack, "the next waiter once the lease ran out")
+		if rn.err != nil {
+			t.Fatal(rn.err)
+		}
+		t.Logf("lease %v, extend %t: hold ended %v after the hand-over, next waiter holds %v after it", lease, extend,
+			ended.Sub(granted).Round(time.Millisecond), time.Since(granted).Round(time.Millisecond))
+		mustUnlock(t, next)
 	}
-	granted := time.Now()
-	ended := awaitDone(t, r.h, lease+slack, "the waiter's hold, never unlocked, at its lease")
-	redistest.Eventually(t, slack, "the server to free the lock after the waiter's lease", func() bool {
-		locked, err := holder.IsLocked(ctxFor(t, time.Second))
-		return err == nil && !locked
-	})
-	t.Logf("lease %v: hold ended %v after the hand-over, lock free %v after it", lease, ended.Sub(granted).Round(time.Millisecond), time.Since(granted).Round(time.Millisecond))
 }

@@ -22,6 +22,7 @@ func ruleCases() []testCase {
 		{name: "B2_Reentrancy", run: testB2Reentrancy},
 		{name: "B3_FIFO16Owners", run: testB3FIFO16},
 		{name: "B3_QueuedOnceWhenSharedOwnerWaitsTwice", run: testB3QueuedOnce},
+		{name: "B3_SharedOwnerKeepsItsPlaceWhenOneCallFails", run: testB3FailedCallKeepsPlace},
 		{name: "B4_UnlockWakesNextWaiter", run: testB4UnlockWakes},
 		{name: "B4_UnlockByNonHolderFails", run: testB4NonHolder},
 		{name: "B5_StaleHeadsPurged", run: testB5StaleHeads},
@@ -31,6 +32,7 @@ func ruleCases() []testCase {
 		{name: "B7_TryLockOnceNeverQueues", run: testB7TryLockOnce},
 		{name: "B8_ForceUnlockWakesNext", run: testB8ForceUnlock},
 		{name: "B8_DeleteRemovesKeysAndWakesHead", run: testB8Delete},
+		{name: "B8_DeleteWakesTheLiveHeadPastDeadOnes", run: testB8DeleteDeadHead},
 		{name: "B9_ReadsFromAnotherOwner", run: testB9Reads},
 		{name: "B10_RetriedUnlockIsIdempotent", run: testB10RetriedUnlock},
 		{name: "X1_DeadlinesUseServerTime", run: testX1ServerTime},
@@ -220,6 +222,48 @@ func testB3QueuedOnce(t *testing.T, s *suite) {
 	}
 }
 
+// testB3FailedCallKeepsPlace: an owner waits with two calls sharing one
+// queue entry; one of them gives up while its attempts fail (replies
+// lost). The entry, and the place, stay the other call's: it is granted
+// the lock before an owner that queued after it.
+func testB3FailedCallKeepsPlace(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t).mutex(t, name)
+	mustLock(t, holder)
+	sp := s.newProc(t)
+	shared := sp.mutex(t, name)
+	first := goAcquire(func() (*lock.Hold, error) { return shared.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, holder, 1)
+	later := s.newProc(t).mutex(t, name)
+	behind := goAcquire(func() (*lock.Hold, error) { return later.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, holder, 2)
+
+	sp.b.mu.Lock()
+	sp.b.loseReply = func(script string) bool { return script == "acquire" }
+	sp.b.mu.Unlock()
+	if _, err := shared.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
+		t.Fatal("the second call acquired while every acquire reply was lost")
+	}
+	sp.b.mu.Lock()
+	sp.b.loseReply = nil
+	sp.b.mu.Unlock()
+	if n := queueLen(t, holder); n != 2 {
+		t.Errorf("queue length %d after the shared owner's second call gave up, want 2 (its first call still waits, ahead)", n)
+	}
+
+	mustUnlock(t, holder)
+	r := await(t, first, eventually, "the shared owner's first call")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	mustNotArrive(t, behind, 100*time.Millisecond, "the owner queued behind, while the shared owner holds")
+	mustUnlock(t, shared)
+	if rb := await(t, behind, eventually, "the owner queued behind"); rb.err != nil {
+		t.Fatal(rb.err)
+	}
+	mustUnlock(t, later)
+}
+
 func testB4UnlockWakes(t *testing.T, s *suite) {
 	name := lockName(t)
 	// A long waiter timeout makes the waiter's own heartbeat slow, so only
@@ -399,6 +443,35 @@ func testB8Delete(t *testing.T, s *suite) {
 	if raw := readRaw(t, p.b, name); raw.hashExists || len(raw.queue) != 0 || raw.timeouts != 0 {
 		t.Errorf("keys left after Delete: %+v", raw)
 	}
+}
+
+// testB8DeleteDeadHead: Delete wakes the first live waiter even when dead
+// entries are ahead of it (B5): the waiter, whose own heartbeat is 20 s
+// apart and which watches no key, takes the lock at once.
+func testB8DeleteDeadHead(t *testing.T, s *suite) {
+	name := lockName(t)
+	p := s.newProc(t)
+	holder := p.mutex(t, name)
+	wp := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(60*time.Second)))
+	waiter := wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	// A waiter that died, ahead of the live one.
+	evalRaw(t, p.b, `
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('lpush', KEYS[2], ARGV[1])
+redis.call('zadd', KEYS[3], now - 1000, ARGV[1])
+return 1`, keysOf(name), "00000000-0000-4000-8000-000000000000:1")
+	if ok, err := holder.Delete(ctxFor(t, eventually)); err != nil || !ok {
+		t.Fatalf("Delete = %v, %v", ok, err)
+	}
+	if r := await(t, ch, slack, "the live waiter behind a dead head, after Delete"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	mustUnlock(t, waiter)
 }
 
 func testB9Reads(t *testing.T, s *suite) {

@@ -63,7 +63,7 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if err != nil {
 		return m.errorf(err)
 	}
-	held, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token})
+	held, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token, holdLease: h.leaseNow(), wake: m.wake()})
 	switch {
 	case err == nil && !held:
 		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))

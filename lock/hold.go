@@ -170,21 +170,19 @@ func (h *Hold) released(count int, sent time.Time) {
 
 // renewal returns what the watchdog sends for this hold: the lease to
 // renew to (0: only check, for a hold with an explicit lease or one being
-// unlocked), and the token. takeUp is true for a hand-over grant not
-// confirmed yet: the server sets it to exactly the lease, the hold's own.
-// ok is false once the hold has ended.
+// unlocked), the token and the hold's own lease (a hand-over grant not
+// confirmed yet is taken up with it). ok is false once the hold has ended.
 func (h *Hold) renewal() (call renewCall, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
 		return renewCall{}, false
 	}
-	call.token = h.token
+	call.token, call.holdLease = h.token, h.lease
 	// While an Unlock is in flight the hold is only checked, so a lock
 	// never outlives its Unlock call by more than a lease (X13).
 	if (h.watchdog || h.unconfirmed) && h.releases == 0 {
 		call.lease = h.lease
-		call.takeUp = h.unconfirmed
 	}
 	return call, true
 }

@@ -211,7 +211,8 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (leaveReply, error)
 // unlock latch's lifetime, and never applied twice). When Unlock fails all
 // the same, the Hold ends (Err wraps ErrLockLost) and is no longer renewed,
 // so the lock frees itself within one lease whatever happened on the
-// server (X13).
+// server (X13); when those 2 s ran out before ctx did, Unlock's error wraps
+// ErrLockLost too, and the last connection error.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return err
@@ -306,11 +307,12 @@ func (m *Mutex) release(ctx context.Context, view holdView, lease time.Duration)
 			}
 		}
 		if ctx.Err() == nil && wctx.Err() != nil {
-			last := wctx.Err()
+			// The retry window ran out, not the caller's context: the hold
+			// is lost to the client (X13), for the last connection error.
 			if retry.last != nil && !errors.Is(retry.last, context.DeadlineExceeded) {
-				last = errors.Join(last, retry.last)
+				return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v: %w", ErrLockLost, unlockRetryWindow, retry.last)
 			}
-			return 0, sent, fmt.Errorf("unlock not acknowledged within %v: %w", unlockRetryWindow, last)
+			return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v", ErrLockLost, unlockRetryWindow)
 		}
 		return 0, sent, err
 	}

@@ -24,6 +24,10 @@ type ownerState struct {
 	// given back (or the lock's token when it last left the queue): tokens
 	// only grow, so a grant message at or below it is stale.
 	lastSpent int64
+	// queued: an attempt of one of the owner's calls queued it, and no
+	// grant or leave has taken it out since; the owner's last waiting
+	// call to end leaves the queue then (X5).
+	queued bool
 
 	// guarded by Client.mu
 	refs    int        // calls using it, plus one while its hold lasts or a subscription is parked
@@ -94,11 +98,16 @@ func (c *Client) startWaiting(o *ownerState) {
 	c.mu.Unlock()
 }
 
-// waiting reports whether a call of the owner is waiting.
-func (c *Client) waiting(o *ownerState) bool {
+// waitingOthers reports whether a call of the owner other than the caller
+// is waiting; self says whether the caller is counted as waiting.
+func (c *Client) waitingOthers(o *ownerState, self bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return o.waiting > 0
+	n := o.waiting
+	if self {
+		n--
+	}
+	return n > 0
 }
 
 // stopWaiting uncounts it and reports whether it was the owner's last

@@ -191,21 +191,18 @@ type renewCall struct {
 	owner string
 	lease time.Duration
 	token int64
-	// takeUp: lease is the hold's own, and a hand-over grant not taken up
-	// yet gets exactly it (the watchdog's confirmation of an adopted
-	// grant); else the hold is never shortened.
-	takeUp bool
+	// holdLease is the lease the hold was taken with: a hand-over grant not
+	// taken up yet gets the longer of it and lease.
+	holdLease time.Duration
+	wake      wakeArgs // to tell the head when a grant's expiry comes down
 }
 
 func (r renewCall) args() []string {
-	lease, takeUp := "0", "0"
+	lease := "0"
 	if r.lease > 0 {
 		lease = ms(r.lease)
 	}
-	if r.takeUp {
-		takeUp = "1"
-	}
-	return []string{r.owner, lease, itoa(r.token), takeUp}
+	return []string{r.owner, lease, itoa(r.token), ms(r.holdLease), r.wake.channelPrefix, r.wake.publish}
 }
 
 // decodeRenew reports whether the hold still exists.

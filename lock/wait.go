@@ -34,7 +34,6 @@ type waiter struct {
 	sub     *backend.Subscription // this owner's wake-up channel, once queued
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
-	queued  bool      // the owner may be in the queue because of this call
 	lastAck time.Time // send time of the latest attempt that queued the owner
 	ackedAt int64     // the server's time (µs) when that attempt ran
 	headAt  time.Time // when this call learnt the owner is first in line
@@ -56,7 +55,7 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	if !w.call.once && c.stopWaiting(w.o) && err != nil && w.queued {
+	if !w.call.once && c.stopWaiting(w.o) && err != nil {
 		// The owner's last waiting call leaves the queue it shares with
 		// the others (X5).
 		w.leave(ctx)
@@ -75,7 +74,6 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 		case w.call.once:
 			return nil, ErrNotAcquired
 		}
-		w.queued = true
 		w.noteQueued(r.position)
 		if w.sub == nil {
 			if err := w.subscribe(ctx); err != nil {
@@ -119,6 +117,7 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 		if err == nil {
 			if !r.acquired {
 				w.lastAck, w.ackedAt = sent, r.now
+				w.o.queued = w.o.queued || !w.call.once
 				return r, nil, nil
 			}
 			h, err := w.grant(ctx, r, sent)
@@ -159,8 +158,12 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 // for a lease that no one will release, and returns why. The caller holds
 // the gate.
 func (w *waiter) start(ctx context.Context, h *Hold) error {
+	// A grant takes the owner out of the queue, and spends its token.
 	w.o.spend(h.token)
-	h.expire() // ends it at once if its deadline has passed already
+	w.o.queued = false
+	// A deadline passed already (a reply slower than the lease) ends the
+	// hold at once.
+	h.expire()
 	if err := w.m.c.track(h, w.m, w.o); err != nil {
 		h.end(err)
 		w.undo(ctx, holdView{})
@@ -218,10 +221,15 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // of unknown outcome may have granted beyond view, the hold the client
 // knows. If the server cannot be asked, the client no longer knows the
 // owner's count: its hold ends as lost, so no renewal keeps a lock nobody
-// will release, and the lock frees itself within a lease (X13). The
-// caller holds the gate.
+// will release, and the lock frees itself within a lease (X13). While
+// another call of the owner is waiting and the owner holds nothing, the
+// queue entry is that call's, and so is whatever the attempt may have
+// granted (its next attempt takes a grant up as a new hold): nothing is
+// undone. The caller holds the gate.
 func (w *waiter) undo(ctx context.Context, view holdView) {
-	w.queued = false
+	if view.count == 0 && w.m.c.waitingOthers(w.o, !w.call.once) {
+		return
+	}
 	if err := w.giveBack(ctx, view); err != nil {
 		if live := w.o.current(); live != nil {
 			live.end(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
@@ -236,8 +244,10 @@ func (w *waiter) undo(ctx context.Context, view holdView) {
 func (w *waiter) giveBack(ctx context.Context, view holdView) error {
 	left, err := w.m.leaveQueue(ctx, view.token)
 	if err == nil {
-		// Every grant this owner had until now is taken up or given back:
-		// a message announcing one is stale for its other calls.
+		// Out of the queue, and every grant this owner had until now is
+		// taken up or given back: a message announcing one is stale for
+		// its other calls.
+		w.o.queued = false
 		w.o.spend(left.held.token)
 	}
 	if err == nil && left.held != view && left.held.count > 0 {
@@ -259,9 +269,10 @@ func (w *waiter) leave(ctx context.Context) {
 		return
 	}
 	defer w.o.exit()
-	if w.m.c.waiting(w.o) {
-		// Another call of the owner started waiting meanwhile: the queue
-		// entry, and any grant on its way, are its now.
+	if !w.o.queued || w.m.c.waitingOthers(w.o, false) {
+		// Not queued (a grant or a leave since), or another call of the
+		// owner started waiting meanwhile: the queue entry, and any grant
+		// on its way, are that call's now, and it leaves when it ends.
 		return
 	}
 	_ = w.giveBack(ctx, w.o.current().view())

@@ -167,7 +167,7 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 		if !ok {
 			continue
 		}
-		call.owner = ref.m.field
+		call.owner, call.wake = ref.m.field, ref.m.wake()
 		batch = append(batch, renewal{h: h, m: ref.m, lease: call.lease})
 		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(), Args: call.args()})
 	}

@@ -672,6 +672,9 @@ func TestUnlockDuringPartition(t *testing.T) {
 	if err == nil {
 		t.Fatal("Unlock succeeded through a partition")
 	}
+	if !errors.Is(err, lock.ErrLockLost) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Unlock through a partition: %v, want ErrLockLost and not the caller's context.DeadlineExceeded (its context never ends)", err)
+	}
 	select {
 	case <-hold.Done():
 	case <-time.After(time.Second):

@@ -11,9 +11,10 @@
 --
 -- Returns the number of keys removed.
 --
--- Rules: B8 delete, X3 the head is woken: it finds the lock free and takes
+-- Rules: B8 delete, B5 purge, X3 the live head is woken: it finds the lock free and takes
 -- it; the other waiters notice at their next heartbeat and queue again.
-local head = redis.call('lindex', KEYS[2], 0)
+-- The head after dropping dead ones (B5): a live waiter to wake.
+local head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if head then
   notify(ARGV[2], ARGV[1], head)

@@ -176,16 +176,6 @@ local function extend(hash, token_key, lease, ttl)
   end
 end
 
--- take_up turns a hand-over grant (field 0, hand_over_to) into a hold of
--- lease ms: the grant's provisional expiry, twice the waiter's liveness
--- left, gives way to the lease, shorter or longer. The client counts the
--- grant's deadline from its latest attempt plus at most the lease, and
--- the new hold's from a request sent before now, so the expiry set here
--- is never before either (X12). The token counter lives as long.
-local function take_up(hash, token_key, lease)
-  redis.call('pexpire', hash, lease)
-  extend(hash, token_key, lease, lease)
-end
 
 -- next_token draws the fencing token of a new hold (X6). While the counter
 -- lives it counts up by one; when it has expired (the lock unused for a
@@ -203,6 +193,27 @@ local function next_token(token_key, lease)
   end
   redis.call('pexpire', token_key, lease + token_keep)
   return token
+end
+
+-- take_up turns the hand-over grant (field 0, hand_over_to) of the hold
+-- just written into a hold of lease ms: the grant's provisional expiry,
+-- twice the waiter's liveness left, gives way to the lease, shorter or
+-- longer. The client counts the grant's deadline from its latest attempt
+-- plus at most its own lease (which lease is never below), and the new
+-- hold's from a request sent before now, so the expiry set here is never
+-- before either (X12). The token counter lives as long. When the expiry
+-- comes down, the head, told the provisional one (wake), is told again
+-- (X3).
+local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, lease)
+  local before = redis.call('pttl', hash)
+  redis.call('pexpire', hash, lease)
+  extend(hash, token_key, lease, lease)
+  if lease < before then
+    local head = redis.call('lindex', queue, 0)
+    if head then
+      wake(hash, timeouts, channel_prefix, publish, head, redis.call('zscore', alive, head), lease)
+    end
+  end
 end
 
 -- hand_over_to runs when the lock has just become free (the hash is gone),
