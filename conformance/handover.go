@@ -19,6 +19,7 @@ func handOverCases() []testCase {
 		{name: "X12_StaleGrantMessageGrantsNothing", run: testX12StaleGrant},
 		{name: "X12_SpentGrantMessageGrantsNothing", run: testX12SpentGrant},
 		{name: "B6_HandedOverLeaseRunsOutOnTime", run: testB6HandedOverLease},
+		{name: "X12_ShortExtendOfAHandOverKeepsTheLease", run: testX12ShortExtendOfHandOver},
 	}
 }
 
@@ -177,4 +178,36 @@ func testB6HandedOverLease(t *testing.T, s *suite) {
 			ended.Sub(granted).Round(time.Millisecond), time.Since(granted).Round(time.Millisecond))
 		mustUnlock(t, next)
 	}
+}
+
+// testX12ShortExtendOfHandOver: a waiter handed the lock with a 10 s lease
+// extends it by 200 ms at once, before its client confirmed the grant.
+// The server takes the grant up with the longer lease (B6), and the hold
+// counts it too: it does not end as lost while the server still holds
+// the lock for it (its firm deadline alone, a waiter timeout of 1 s, has
+// long passed).
+func testX12ShortExtendOfHandOver(t *testing.T, s *suite) {
+	name := lockName(t)
+	holder := s.newProc(t).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(time.Second))
+	waiter := wp.mutex(t, name)
+	mustLock(t, holder)
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.LockWithLease(ctxFor(t, eventually), 10*time.Second) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, "the waiter after unlock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := waiter.Extend(ctxFor(t, eventually), r.h, 200*time.Millisecond); err != nil {
+		t.Fatalf("Extend right after the hand-over: %v", err)
+	}
+	select {
+	case <-r.h.Done():
+		ttl, _ := holder.RemainTTL(ctxFor(t, eventually))
+		t.Fatalf("the hold ended (%v) while the server keeps the lock %v more", r.h.Err(), ttl)
+	case <-time.After(1500 * time.Millisecond): // past the firm deadline and the extension
+	}
+	mustUnlock(t, waiter)
 }

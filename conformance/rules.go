@@ -5,6 +5,7 @@ package conformance
 // cases. The X-rule cases of the table are in rules_x.go.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 func ruleCases() []testCase {
@@ -23,6 +25,7 @@ func ruleCases() []testCase {
 		{name: "B3_FIFO16Owners", run: testB3FIFO16},
 		{name: "B3_QueuedOnceWhenSharedOwnerWaitsTwice", run: testB3QueuedOnce},
 		{name: "B3_SharedOwnerKeepsItsPlaceWhenOneCallFails", run: testB3FailedCallKeepsPlace},
+		{name: "X5_SharedOwnerWhoseCallsAllFailHoldsNothing", run: testX5SharedOwnerCallsFail},
 		{name: "B4_UnlockWakesNextWaiter", run: testB4UnlockWakes},
 		{name: "B4_UnlockByNonHolderFails", run: testB4NonHolder},
 		{name: "B5_StaleHeadsPurged", run: testB5StaleHeads},
@@ -262,6 +265,52 @@ func testB3FailedCallKeepsPlace(t *testing.T, s *suite) {
 		t.Fatal(rb.err)
 	}
 	mustUnlock(t, later)
+}
+
+// testX5SharedOwnerCallsFail: one call of an owner is granted the lock
+// while its replies are lost and it gives up, as another call of the owner
+// still waits (it leaves the grant to that call); then that call is
+// cancelled too. The grant is given back: the lock is free at once, not
+// when its 30 s lease runs out.
+func testX5SharedOwnerCallsFail(t *testing.T, s *suite) {
+	name := lockName(t)
+	sp := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(60*time.Second)))
+	shared := sp.mutex(t, name)
+	probe := s.newProc(t).mutex(t, name)
+	// A waiter (not fairlock's) first in line, dead 300 ms from now; the
+	// owner's first call queues behind it and sleeps (heartbeat 20 s).
+	injectWaiter(t, sp.b, name, "00000000-0000-4000-8000-000000000000:1", 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(ctxFor(t, eventually))
+	defer cancel()
+	sleeping := goAcquire(func() (*lock.Hold, error) { return shared.Lock(ctx) })
+	waitQueued(t, probe, 2)
+	settled(t, sp)
+	// Once the waiter ahead is dead, a second call takes the lock at once
+	// (the sleeping call is not told: it is the same owner) and releases it.
+	redistest.Eventually(t, slack, "the waiter ahead to be dead", func() bool {
+		st, err := probe.Inspect(ctxFor(t, time.Second), 1)
+		return err == nil && len(st.Queue) == 1 && !st.Queue[0].Deadline.After(st.ServerTime)
+	})
+	mustLock(t, shared)
+	mustUnlock(t, shared)
+	// A third call is granted the free lock, but every reply is lost.
+	sp.b.mu.Lock()
+	sp.b.loseReply = func(script string) bool { return script == "acquire" }
+	sp.b.mu.Unlock()
+	if _, err := shared.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
+		t.Fatal("a call acquired while every acquire reply was lost")
+	}
+	sp.b.mu.Lock()
+	sp.b.loseReply = nil
+	sp.b.mu.Unlock()
+	cancel()
+	if r := await(t, sleeping, eventually, "the sleeping call, cancelled"); r.err == nil {
+		t.Fatalf("the cancelled call acquired (token %d)", r.h.Token())
+	}
+	redistest.Eventually(t, slack, "the lock to be free once the owner's last call gave up", func() bool {
+		locked, err := probe.IsLocked(ctxFor(t, time.Second))
+		return err == nil && !locked
+	})
 }
 
 func testB4UnlockWakes(t *testing.T, s *suite) {

@@ -63,12 +63,13 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if err != nil {
 		return m.errorf(err)
 	}
-	held, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token, holdLease: h.leaseNow(), wake: m.wake()})
+	holdLease := h.leaseNow()
+	got, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token, holdLease: holdLease, wake: m.wake()})
 	switch {
-	case err == nil && !held:
+	case err == nil && got == renewLost:
 		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return m.errorf(h.Err())
-	case err == nil && h.renewed(sent, lease):
+	case err == nil && h.renewed(sent, got.credit(lease, holdLease)):
 		return nil
 	case h.live():
 		// Outcome unknown: the server may have extended the hold, which
@@ -87,23 +88,22 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 // sendExtend runs renew.lua - which lengthens the hold only while it is
 // still this owner's hold with this token, and never shortens it -
 // retrying transient errors with back-off while ctx and h last. It returns
-// whether the hold still exists and when the request that answered was
-// sent.
-func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call renewCall) (bool, time.Time, error) {
+// renew.lua's answer and when the request that answered was sent.
+func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call renewCall) (renewReply, time.Time, error) {
 	keys, args := m.keys.scriptKeys(), call.args()
 	retry := newRetrier(m.c.closing)
 	for {
 		sent := time.Now()
 		rep, err := m.c.b.Eval(ctx, m.c.scripts.renew, keys, args)
 		if err == nil {
-			held, err := decodeRenew(rep)
-			return held, sent, err
+			got, err := decodeRenew(rep)
+			return got, sent, err
 		}
 		if !transient(err) || ctx.Err() != nil || !h.live() {
-			return false, sent, err
+			return renewLost, sent, err
 		}
 		if err := retry.pause(ctx, err); err != nil {
-			return false, sent, err
+			return renewLost, sent, err
 		}
 	}
 }

@@ -24,9 +24,11 @@ type ownerState struct {
 	// given back (or the lock's token when it last left the queue): tokens
 	// only grow, so a grant message at or below it is stale.
 	lastSpent int64
-	// queued: an attempt of one of the owner's calls queued it, and no
-	// grant or leave has taken it out since; the owner's last waiting
-	// call to end leaves the queue then (X5).
+	// queued: an attempt of one of the owner's calls queued it (or may
+	// have queued or granted it: its outcome is unknown), and no grant or
+	// leave has taken it out since; the owner's last waiting call to end
+	// leaves the queue then and gives back what the server says it holds
+	// (X5).
 	queued bool
 
 	// guarded by Client.mu

@@ -205,13 +205,32 @@ func (r renewCall) args() []string {
 	return []string{r.owner, lease, itoa(r.token), ms(r.holdLease), r.wake.channelPrefix, r.wake.publish}
 }
 
-// decodeRenew reports whether the hold still exists.
-func decodeRenew(rep backend.Reply) (bool, error) {
-	n, err := rep.AsInt()
-	if err != nil || (n != 0 && n != 1) {
-		return false, fmt.Errorf("%w: renew: %v", ErrUnexpectedReply, rep)
+// renewReply is renew.lua's answer.
+type renewReply int
+
+const (
+	renewLost   renewReply = 0 // the hold no longer exists
+	renewHeld   renewReply = 1 // it does (renewed to the lease, if one was sent)
+	renewTookUp renewReply = 2 // it does, and this call took its hand-over grant up with the longer of the lease and the hold's own
+)
+
+// credit is the lease a renewal with lease, of a hold taken with
+// holdLease, moved the server's expiry to, counted from its send time (0:
+// none the client may count).
+func (r renewReply) credit(lease, holdLease time.Duration) time.Duration {
+	if r == renewTookUp {
+		return max(lease, holdLease)
 	}
-	return n == 1, nil
+	return lease
+}
+
+// decodeRenew decodes renew.lua's answer.
+func decodeRenew(rep backend.Reply) (renewReply, error) {
+	n, err := rep.AsInt()
+	if err != nil || n < int64(renewLost) || n > int64(renewTookUp) {
+		return renewLost, fmt.Errorf("%w: renew: %v", ErrUnexpectedReply, rep)
+	}
+	return renewReply(n), nil
 }
 
 // evictArgs are the arguments of force_unlock.lua and delete.lua.

@@ -158,9 +158,7 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 // for a lease that no one will release, and returns why. The caller holds
 // the gate.
 func (w *waiter) start(ctx context.Context, h *Hold) error {
-	// A grant takes the owner out of the queue, and spends its token.
 	w.o.spend(h.token)
-	w.o.queued = false
 	// A deadline passed already (a reply slower than the lease) ends the
 	// hold at once.
 	h.expire()
@@ -169,6 +167,7 @@ func (w *waiter) start(ctx context.Context, h *Hold) error {
 		w.undo(ctx, holdView{})
 		return err
 	}
+	w.o.queued = false // the grant took the owner out of the queue
 	w.o.hold = h
 	return nil
 }
@@ -224,10 +223,12 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // will release, and the lock frees itself within a lease (X13). While
 // another call of the owner is waiting and the owner holds nothing, the
 // queue entry is that call's, and so is whatever the attempt may have
-// granted (its next attempt takes a grant up as a new hold): nothing is
-// undone. The caller holds the gate.
+// granted: its next attempt takes a grant up as a new hold, and the
+// owner's last waiting call, if it ends first, leaves the queue and gives
+// the grant back (the owner counts as queued). The caller holds the gate.
 func (w *waiter) undo(ctx context.Context, view holdView) {
 	if view.count == 0 && w.m.c.waitingOthers(w.o, !w.call.once) {
+		w.o.queued = true
 		return
 	}
 	if err := w.giveBack(ctx, view); err != nil {

@@ -99,9 +99,10 @@ func (c *Client) listenReconnects() {
 
 // renewal is one hold's renewal in a batch.
 type renewal struct {
-	h     *Hold
-	m     *Mutex
-	lease time.Duration // 0: only checked
+	h         *Hold
+	m         *Mutex
+	lease     time.Duration // 0: only checked
+	holdLease time.Duration // the lease the hold was taken with
 }
 
 // confirm renews h at the instant at, or when the hold ends first not at
@@ -168,7 +169,7 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 			continue
 		}
 		call.owner, call.wake = ref.m.field, ref.m.wake()
-		batch = append(batch, renewal{h: h, m: ref.m, lease: call.lease})
+		batch = append(batch, renewal{h: h, m: ref.m, lease: call.lease, holdLease: call.holdLease})
 		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(), Args: call.args()})
 	}
 	c.mu.Unlock()
@@ -182,25 +183,26 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 	answered := false
 	for i, r := range batch {
 		err := fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), len(calls))
-		held := false
+		got := renewLost
 		if i < len(results) {
 			err = results[i].Err
 			if err == nil {
-				held, err = decodeRenew(results[i].Reply)
+				got, err = decodeRenew(results[i].Reply)
 			}
 		}
-		c.renewed(r, sent, held, err)
+		c.renewed(r, sent, got, err)
 		answered = answered || err == nil
 	}
 	return answered
 }
 
-func (c *Client) renewed(r renewal, sent time.Time, held bool, err error) {
+func (c *Client) renewed(r renewal, sent time.Time, got renewReply, err error) {
 	switch {
-	case err == nil && !held:
+	case err == nil && got == renewLost:
 		r.h.lost(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
 	case err == nil && r.lease > 0:
-		r.h.renewed(sent, r.lease)
+		// A check (lease 0), during an Unlock, counts nothing.
+		r.h.renewed(sent, got.credit(r.lease, r.holdLease))
 	}
 	if r.lease > 0 && c.cfg.observer != nil {
 		c.cfg.observer.Renewed(r.m.call(""), err)

@@ -202,18 +202,20 @@ end
 -- plus at most its own lease (which lease is never below), and the new
 -- hold's from a request sent before now, so the expiry set here is never
 -- before either (X12). The token counter lives as long. When the expiry
--- comes down, the head, told the provisional one (wake), is told again
--- (X3).
+-- comes down, the live head, told the provisional one (wake), is told
+-- again (X3). Returns true when the expiry came down.
 local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, lease)
   local before = redis.call('pttl', hash)
   redis.call('pexpire', hash, lease)
   extend(hash, token_key, lease, lease)
-  if lease < before then
-    local head = redis.call('lindex', queue, 0)
-    if head then
-      wake(hash, timeouts, channel_prefix, publish, head, redis.call('zscore', alive, head), lease)
-    end
+  if lease >= before then
+    return false
   end
+  local head, live = purge(hash, queue, timeouts, alive, channel_prefix, publish, nil)
+  if head then
+    wake(hash, timeouts, channel_prefix, publish, head, live, lease)
+  end
+  return true
 end
 
 -- hand_over_to runs when the lock has just become free (the hash is gone),

@@ -12,14 +12,15 @@
 -- ARGV[5] channel prefix
 -- ARGV[6] publish commands
 --
--- Returns 1 while that hold lasts, else 0 (it was lost: the lease ran out,
--- someone force-unlocked or deleted the lock, or a newer hold replaced it;
--- X7).
+-- Returns 1 while that hold lasts, 2 when it lasts and this call took its
+-- hand-over grant up, else 0 (it was lost: the lease ran out, someone
+-- force-unlocked or deleted the lock, or a newer hold replaced it; X7).
 --
 -- A hand-over grant (field 0) is taken up by any renewal or check: it gets
 -- the longer of the two leases (take_up), so it lives no longer than the
 -- hold asked for - an Unlock that then fails leaves it a lease at most
--- (X13) - and an Extend still gets at least what it asked for.
+-- (X13) - and an Extend still gets at least what it asked for. The reply 2
+-- lets the client count that longer lease from the request's send time.
 --
 -- Rules: B6 watchdog renewal to the full lease, X12 never shortened (but a
 -- grant's provisional expiry gives way to the hold's lease), X13, X15.
@@ -31,6 +32,7 @@ local lease = tonumber(ARGV[2])
 if held == '0' then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], math.max(lease, tonumber(ARGV[4])))
+  return 2
 elseif lease > 0 then
   extend(KEYS[1], KEYS[5], lease)
 end
