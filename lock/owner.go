@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"sync/atomic"
 )
 
 // ownerState is the client's state for one owner of one lock, shared by
@@ -28,8 +29,9 @@ type ownerState struct {
 	// have queued or granted it: its outcome is unknown), and no grant or
 	// leave has taken it out since; the owner's last waiting call to end
 	// leaves the queue then and gives back what the server says it holds
-	// (X5).
-	queued bool
+	// (X5). Written under the gate; read outside it too, as a hint that
+	// the gate need not be taken.
+	queued atomic.Bool
 
 	// guarded by Client.mu
 	refs    int        // calls using it, plus one while its hold lasts or a subscription is parked

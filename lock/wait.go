@@ -55,9 +55,11 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	if !w.call.once && c.stopWaiting(w.o) && err != nil {
+	if !w.call.once && c.stopWaiting(w.o) && (err != nil || w.o.queued.Load()) {
 		// The owner's last waiting call leaves the queue it shares with
-		// the others (X5).
+		// the others (X5), also when it got the lock but another call left
+		// the owner marked queued after that (an attempt of unknown
+		// outcome, undo).
 		w.leave(ctx)
 	}
 	return h, err
@@ -117,7 +119,9 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 		if err == nil {
 			if !r.acquired {
 				w.lastAck, w.ackedAt = sent, r.now
-				w.o.queued = w.o.queued || !w.call.once
+				if !w.call.once {
+					w.o.queued.Store(true)
+				}
 				return r, nil, nil
 			}
 			h, err := w.grant(ctx, r, sent)
@@ -167,7 +171,7 @@ func (w *waiter) start(ctx context.Context, h *Hold) error {
 		w.undo(ctx, holdView{})
 		return err
 	}
-	w.o.queued = false // the grant took the owner out of the queue
+	w.o.queued.Store(false) // the grant took the owner out of the queue
 	w.o.hold = h
 	return nil
 }
@@ -228,7 +232,7 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // the grant back (the owner counts as queued). The caller holds the gate.
 func (w *waiter) undo(ctx context.Context, view holdView) {
 	if view.count == 0 && w.m.c.waitingOthers(w.o, !w.call.once) {
-		w.o.queued = true
+		w.o.queued.Store(true)
 		return
 	}
 	if err := w.giveBack(ctx, view); err != nil {
@@ -248,7 +252,7 @@ func (w *waiter) giveBack(ctx context.Context, view holdView) error {
 		// Out of the queue, and every grant this owner had until now is
 		// taken up or given back: a message announcing one is stale for
 		// its other calls.
-		w.o.queued = false
+		w.o.queued.Store(false)
 		w.o.spend(left.held.token)
 	}
 	if err == nil && left.held != view && left.held.count > 0 {
@@ -270,7 +274,7 @@ func (w *waiter) leave(ctx context.Context) {
 		return
 	}
 	defer w.o.exit()
-	if !w.o.queued || w.m.c.waitingOthers(w.o, false) {
+	if !w.o.queued.Load() || w.m.c.waitingOthers(w.o, false) {
 		// Not queued (a grant or a leave since), or another call of the
 		// owner started waiting meanwhile: the queue entry, and any grant
 		// on its way, are that call's now, and it leaves when it ends.

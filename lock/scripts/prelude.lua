@@ -211,10 +211,7 @@ local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, 
   if lease >= before then
     return false
   end
-  local head, live = purge(hash, queue, timeouts, alive, channel_prefix, publish, nil)
-  if head then
-    wake(hash, timeouts, channel_prefix, publish, head, live, lease)
-  end
+  settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, lease)
   return true
 end
 
