@@ -82,6 +82,12 @@ func (c *Client) listenReconnects() {
 		}
 	}
 	defer sub.Close()
+	// A server that restarted while the subscription was being set up
+	// shows no reconnect on it: check the holds once now.
+	select {
+	case c.reconnected <- struct{}{}:
+	default:
+	}
 	for {
 		select {
 		case e := <-sub.Events():

@@ -290,13 +290,20 @@ func waitQueue(t *testing.T, spy *lock.Mutex, n int) {
 func TestServerRestartNoPersistence(t *testing.T) {
 	srv := redistest.Start(t)
 	name := lockName(t)
-	holder := newMutex(t, newLockClient(t, srv.Addr()), name) // default 30 s lease
+	hc := newLockClient(t, srv.Addr())
+	holder := newMutex(t, hc, name) // default 30 s lease
 	spy := newMutex(t, newLockClient(t, srv.Addr()), name)
 	hold, err := holder.Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := watchDone(hold)
+	// The holder's client listens for reconnects once it holds (its own
+	// channel); the restart comes after that is set up.
+	redistest.Eventually(t, 5*time.Second, "the holder's client to listen for reconnects", func() bool {
+		n, ok := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+hc.ID()).([]any)
+		return ok && len(n) == 2 && n[1] == int64(1)
+	})
 	waiter := newMutex(t, newLockClient(t, srv.Addr(), lock.WithWaiterTimeout(time.Minute)), name)
 	got := make(chan time.Time, 1)
 	go func() {
