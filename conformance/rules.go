@@ -241,15 +241,7 @@ func testB3FailedCallKeepsPlace(t *testing.T, s *suite) {
 	behind := goAcquire(func() (*lock.Hold, error) { return later.Lock(ctxFor(t, 30*time.Second)) })
 	waitQueued(t, holder, 2)
 
-	sp.b.mu.Lock()
-	sp.b.loseReply = func(script string) bool { return script == "acquire" }
-	sp.b.mu.Unlock()
-	if _, err := shared.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
-		t.Fatal("the second call acquired while every acquire reply was lost")
-	}
-	sp.b.mu.Lock()
-	sp.b.loseReply = nil
-	sp.b.mu.Unlock()
+	tryLockLosingReplies(t, sp, shared)
 	if n := queueLen(t, holder); n != 2 {
 		t.Errorf("queue length %d after the shared owner's second call gave up, want 2 (its first call still waits, ahead)", n)
 	}
@@ -294,15 +286,7 @@ func testX5SharedOwnerCallsFail(t *testing.T, s *suite) {
 	mustLock(t, shared)
 	mustUnlock(t, shared)
 	// A third call is granted the free lock, but every reply is lost.
-	sp.b.mu.Lock()
-	sp.b.loseReply = func(script string) bool { return script == "acquire" }
-	sp.b.mu.Unlock()
-	if _, err := shared.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
-		t.Fatal("a call acquired while every acquire reply was lost")
-	}
-	sp.b.mu.Lock()
-	sp.b.loseReply = nil
-	sp.b.mu.Unlock()
+	tryLockLosingReplies(t, sp, shared)
 	cancel()
 	if r := await(t, sleeping, eventually, "the sleeping call, cancelled"); r.err == nil {
 		t.Fatalf("the cancelled call acquired (token %d)", r.h.Token())
@@ -311,6 +295,24 @@ func testX5SharedOwnerCallsFail(t *testing.T, s *suite) {
 		locked, err := probe.IsLocked(ctxFor(t, time.Second))
 		return err == nil && !locked
 	})
+}
+
+// tryLockLosingReplies runs a TryLock of m (on p) that waits 300 ms while
+// every acquire reply p gets is lost (the scripts run on the server), and
+// fails the test if it acquires.
+func tryLockLosingReplies(t *testing.T, p *proc, m *lock.Mutex) {
+	t.Helper()
+	p.b.mu.Lock()
+	p.b.loseReply = func(script string) bool { return script == "acquire" }
+	p.b.mu.Unlock()
+	defer func() {
+		p.b.mu.Lock()
+		p.b.loseReply = nil
+		p.b.mu.Unlock()
+	}()
+	if _, err := m.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
+		t.Fatal("a call acquired while every acquire reply was lost")
+	}
 }
 
 func testB4UnlockWakes(t *testing.T, s *suite) {
