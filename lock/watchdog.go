@@ -71,22 +71,26 @@ func (c *Client) listenReconnects() {
 	}
 	retry := newRetrier(c.closing)
 	var sub *backend.Subscription
+	failed := false
 	for sub == nil {
 		ctx, cancel := context.WithTimeout(c.life, reconnectTimeout)
 		s, err := c.b.Subscribe(ctx, clientChannelPrefix+c.id)
 		cancel()
 		if err == nil {
 			sub = s
-		} else if retry.pause(c.life, err) != nil {
+		} else if failed = true; retry.pause(c.life, err) != nil {
 			return
 		}
 	}
 	defer sub.Close()
-	// A server that restarted while the subscription was being set up
-	// shows no reconnect on it: check the holds once now.
-	select {
-	case c.reconnected <- struct{}{}:
-	default:
+	if failed {
+		// The connection failed while the subscription was being set up
+		// (a server that restarted, say), which the new subscription
+		// shows no reconnect for: check the holds once now.
+		select {
+		case c.reconnected <- struct{}{}:
+		default:
+		}
 	}
 	for {
 		select {
