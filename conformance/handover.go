@@ -72,22 +72,9 @@ func testX12StaleGrant(t *testing.T, s *suite) {
 	wp := withoutKeyWatch(s.newProc(t))
 	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
 	// A grant "from the past": server time 1 ms after the epoch.
-	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", name, waiter.Owner())
-	evalRaw(t, wp.b, `return redis.call('publish', KEYS[1], ARGV[1])`, []string{channel}, "grant:999999999:1")
-	select {
-	case r := <-ch:
-		t.Fatalf("the waiter returned (%v, %v) on a stale grant message", r.h.Token(), r.err)
-	case <-time.After(200 * time.Millisecond): // the message had time to arrive and be judged
-	}
-	mustUnlock(t, holder)
-	r := await(t, ch, eventually, "waiter after the real hand-over")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	r := fakeGrantIgnored(t, holder, wp, waiter, `return redis.call('publish', KEYS[1], ARGV[1])`,
+		"grant:999999999:1", "the waiter", "a stale grant message")
 	if r.h.Token() == 999999999 {
 		t.Error("the waiter holds with the stale grant's token")
 	}
@@ -111,28 +98,41 @@ func testX12SpentGrant(t *testing.T, s *suite) {
 	mustUnlock(t, waiter)
 
 	mustLock(t, holder)
-	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
-	waitQueued(t, holder, 1)
-	settled(t, wp)
 	// The spent grant announced again, with the server's time now: newer
 	// than the call's latest attempt, so only the token tells it is spent.
-	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", name, waiter.Owner())
-	evalRaw(t, wp.b, `local t = redis.call('time')
-return redis.call('publish', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[1] * 1000000 + t[2]))`, []string{channel}, fmt.Sprintf("grant:%d", spent))
-	select {
-	case r := <-ch:
-		t.Fatalf("the owner's second call returned (token %v, %v) on the spent grant %d while another owner holds", r.h.Token(), r.err, spent)
-	case <-time.After(200 * time.Millisecond): // the message had time to arrive and be judged
-	}
-	mustUnlock(t, holder)
-	r := await(t, ch, eventually, "the second call after the real hand-over")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	r := fakeGrantIgnored(t, holder, wp, waiter, `local t = redis.call('time')
+return redis.call('publish', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[1] * 1000000 + t[2]))`,
+		fmt.Sprintf("grant:%d", spent), "the owner's second call", fmt.Sprintf("the spent grant %d while another owner holds", spent))
 	if r.h.Token() <= spent {
 		t.Errorf("the second call holds with token %d, not newer than the spent grant's %d", r.h.Token(), spent)
 	}
 	mustUnlock(t, waiter)
+}
+
+// fakeGrantIgnored queues waiter (on wp) behind holder, which holds the
+// lock, publishes payload on the waiter's channel with the script src
+// (KEYS[1] the channel, ARGV[1] payload), and fails the test if the
+// waiter returns on it; then holder unlocks, and it returns the waiter's
+// real acquisition. who and what name the waiter and the message in
+// failures.
+func fakeGrantIgnored(t *testing.T, holder *lock.Mutex, wp *proc, waiter *lock.Mutex, src, payload, who, what string) result {
+	t.Helper()
+	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, holder, 1)
+	settled(t, wp)
+	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", waiter.Key(), waiter.Owner())
+	evalRaw(t, wp.b, src, []string{channel}, payload)
+	select {
+	case r := <-ch:
+		t.Fatalf("%s returned (token %v, %v) on %s", who, r.h.Token(), r.err, what)
+	case <-time.After(200 * time.Millisecond): // the message had time to arrive and be judged
+	}
+	mustUnlock(t, holder)
+	r := await(t, ch, eventually, who+" after the real hand-over")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r
 }
 
 // testB6HandedOverLeaseRunsOutOnTime: a waiter handed the lock holds it for

@@ -207,7 +207,7 @@ func (o *ownerIndex) learn(st *State, ev evidence) {
 		o.facts(h.Owner)
 	}
 	if len(st.Holders) > 0 {
-		holderEvidence(st.Holders, o.facts, ev.hashTTL, ev.tokenTTL)
+		o.holderEvidence(st.Holders, ev.hashTTL, ev.tokenTTL)
 	}
 }
 
@@ -249,16 +249,16 @@ func (o *ownerIndex) fill(st *State) {
 // holderEvidence tells a fairlock holder from a Redisson one by the
 // fencing counter: fairlock keeps the counter alive at least as long as
 // any hold it issues a token for (prelude.lua: next_token, extend), while
-// Redisson never touches it. hash and token are the two keys' PTTLs (or
-// PEXPIRETIMEs) read together; a hash without expiry says nothing. A
-// Redisson hold taken just after a fairlock hold with a longer lease can
-// pass for fairlock while that counter lives: it is evidence, not proof.
-func holderEvidence(holders []Holder, facts func(owner string) *ownerFacts, hash, token int64) {
+// Redisson never touches it. hash and token are the two keys' PTTLs, read
+// together; a hash without expiry says nothing. A Redisson hold taken just
+// after a fairlock hold with a longer lease can pass for fairlock while
+// that counter lives: it is evidence, not proof.
+func (o *ownerIndex) holderEvidence(holders []Holder, hash, token int64) {
 	if hash < 0 {
 		return
 	}
 	for _, h := range holders {
-		if f := facts(h.Owner); f != nil {
+		if f := o.facts(h.Owner); f != nil {
 			f.fairlock = f.fairlock || token >= hash
 			f.redisson = f.redisson || token < hash
 		}

@@ -63,13 +63,13 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if err != nil {
 		return m.errorf(err)
 	}
-	holdLease := h.leaseNow()
-	got, sent, err := m.sendExtend(ctx, h, renewCall{owner: m.field, lease: lease, token: view.token, holdLease: holdLease, wake: m.wake()})
+	call := renewCall{owner: m.field, lease: lease, token: view.token, holdLease: h.leaseNow(), wake: m.wake()}
+	got, sent, err := m.sendExtend(ctx, h, call)
 	switch {
 	case err == nil && got == renewLost:
 		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return m.errorf(h.Err())
-	case err == nil && h.renewed(sent, got.credit(lease, holdLease)):
+	case err == nil && h.renewed(sent, got.credit(call)):
 		return nil
 	case h.live():
 		// Outcome unknown: the server may have extended the hold, which

@@ -249,8 +249,24 @@ func (h *Hold) expire() {
 	}
 	h.mu.Unlock()
 	if left <= 0 {
-		h.end(fmt.Errorf("%w: no grant or renewal acknowledged within the lease (%v)", ErrLockLost, h.leaseNow()))
+		h.endOverdue()
 	}
+}
+
+// endIfOverdue ends a hold whose deadline has passed already (a grant
+// whose reply came after its lease), without waiting for the timer.
+func (h *Hold) endIfOverdue() {
+	h.mu.Lock()
+	overdue := !time.Now().Before(h.deadline)
+	h.mu.Unlock()
+	if overdue {
+		h.endOverdue()
+	}
+}
+
+// endOverdue ends the hold as lost by its deadline.
+func (h *Hold) endOverdue() {
+	h.end(fmt.Errorf("%w: no grant or renewal acknowledged within the lease (%v)", ErrLockLost, h.leaseNow()))
 }
 
 func (h *Hold) leaseNow() time.Duration { return h.leaseOr(0) }

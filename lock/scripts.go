@@ -214,14 +214,13 @@ const (
 	renewTookUp renewReply = 2 // it does, and this call took its hand-over grant up with the longer of the lease and the hold's own
 )
 
-// credit is the lease a renewal with lease, of a hold taken with
-// holdLease, moved the server's expiry to, counted from its send time (0:
-// none the client may count).
-func (r renewReply) credit(lease, holdLease time.Duration) time.Duration {
+// credit is the lease call moved the server's expiry to, counted from its
+// send time (0: none the client may count).
+func (r renewReply) credit(call renewCall) time.Duration {
 	if r == renewTookUp {
-		return max(lease, holdLease)
+		return max(call.lease, call.holdLease)
 	}
-	return lease
+	return call.lease
 }
 
 // decodeRenew decodes renew.lua's answer.

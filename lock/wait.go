@@ -163,9 +163,7 @@ func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Ho
 // the gate.
 func (w *waiter) start(ctx context.Context, h *Hold) error {
 	w.o.spend(h.token)
-	// A deadline passed already (a reply slower than the lease) ends the
-	// hold at once.
-	h.expire()
+	h.endIfOverdue()
 	if err := w.m.c.track(h, w.m, w.o); err != nil {
 		h.end(err)
 		w.undo(ctx, holdView{})

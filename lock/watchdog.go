@@ -78,7 +78,10 @@ func (c *Client) listenReconnects() {
 		cancel()
 		if err == nil {
 			sub = s
-		} else if failed = true; retry.pause(c.life, err) != nil {
+			continue
+		}
+		failed = true
+		if retry.pause(c.life, err) != nil {
 			return
 		}
 	}
@@ -109,10 +112,9 @@ func (c *Client) listenReconnects() {
 
 // renewal is one hold's renewal in a batch.
 type renewal struct {
-	h         *Hold
-	m         *Mutex
-	lease     time.Duration // 0: only checked
-	holdLease time.Duration // the lease the hold was taken with
+	h    *Hold
+	m    *Mutex
+	call renewCall // lease 0: only checked
 }
 
 // confirm renews h at the instant at, or when the hold ends first not at
@@ -179,7 +181,7 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 			continue
 		}
 		call.owner, call.wake = ref.m.field, ref.m.wake()
-		batch = append(batch, renewal{h: h, m: ref.m, lease: call.lease, holdLease: call.holdLease})
+		batch = append(batch, renewal{h: h, m: ref.m, call: call})
 		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(), Args: call.args()})
 	}
 	c.mu.Unlock()
@@ -210,11 +212,11 @@ func (c *Client) renewed(r renewal, sent time.Time, got renewReply, err error) {
 	switch {
 	case err == nil && got == renewLost:
 		r.h.lost(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
-	case err == nil && r.lease > 0:
+	case err == nil && r.call.lease > 0:
 		// A check (lease 0), during an Unlock, counts nothing.
-		r.h.renewed(sent, got.credit(r.lease, r.holdLease))
+		r.h.renewed(sent, got.credit(r.call))
 	}
-	if r.lease > 0 && c.cfg.observer != nil {
+	if r.call.lease > 0 && c.cfg.observer != nil {
 		c.cfg.observer.Renewed(r.m.call(""), err)
 	}
 }

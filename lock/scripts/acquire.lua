@@ -63,8 +63,7 @@ if held then
   if granted then
     -- Handed over to this owner while its client did not know yet (the
     -- message is on its way, or was lost): take it up, for this lease.
-    redis.call('hset', KEYS[1], me, 1)
-    take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], lease)
+    take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, lease)
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.

@@ -11,9 +11,9 @@
 --
 -- Returns the number of keys removed.
 --
--- Rules: B8 delete, B5 purge, X3 the live head is woken: it finds the lock free and takes
--- it; the other waiters notice at their next heartbeat and queue again.
--- The head after dropping dead ones (B5): a live waiter to wake.
+-- Rules: B8 delete, B5 purge, X3 the live head is woken: it finds the lock
+-- free and takes it; the other waiters notice at their next heartbeat and
+-- queue again.
 local head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if head then

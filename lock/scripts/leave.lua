@@ -24,9 +24,10 @@
 --
 -- An owner first or last in line is popped. One further up is left in
 -- place as a dead entry: its liveness deadline becomes 0 (left_mark, which
--- Inspect skips) and its Redisson deadline now, so every script - fairlock's and Redisson's - treats it as
--- a dead waiter and drops it when it reaches the head (B5), and a leave
--- from the tail drops the dead run there too. So a leave costs the same at
+-- Inspect skips) and its Redisson deadline now, so every script -
+-- fairlock's and Redisson's - treats it as a dead waiter and drops it when
+-- it reaches the head (B5), and a leave from the tail drops the dead run
+-- there too. So a leave costs the same at
 -- any queue length (no LREM, which scans the list); the owner queueing
 -- again while its dead entry is still queued takes that entry out first
 -- (acquire.lua).

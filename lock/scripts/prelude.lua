@@ -161,6 +161,14 @@ end
 -- the server's clock (next_token).
 local token_keep = 1000
 
+-- keep_token makes the token counter live at least token_keep longer than
+-- a hold of lease ms.
+local function keep_token(token_key, lease)
+  if redis.call('pttl', token_key) < lease + token_keep then
+    redis.call('pexpire', token_key, lease + token_keep)
+  end
+end
+
 -- extend makes the lock hash live at least lease ms more, and the token
 -- counter a little longer; ttl is the hash's PTTL if the caller has it. It
 -- never shortens a hold, so the server's expiry only moves forward while
@@ -171,11 +179,8 @@ local function extend(hash, token_key, lease, ttl)
   if (ttl or redis.call('pttl', hash)) < lease then
     redis.call('pexpire', hash, lease)
   end
-  if redis.call('pttl', token_key) < lease + token_keep then
-    redis.call('pexpire', token_key, lease + token_keep)
-  end
+  keep_token(token_key, lease)
 end
-
 
 -- next_token draws the fencing token of a new hold (X6). While the counter
 -- lives it counts up by one; when it has expired (the lock unused for a
@@ -195,24 +200,22 @@ local function next_token(token_key, lease)
   return token
 end
 
--- take_up turns the hand-over grant (field 0, hand_over_to) of the hold
--- just written into a hold of lease ms: the grant's provisional expiry,
--- twice the waiter's liveness left, gives way to the lease, shorter or
--- longer. The client counts the grant's deadline from its latest attempt
--- plus at most its own lease (which lease is never below), and the new
--- hold's from a request sent before now, so the expiry set here is never
--- before either (X12). The token counter lives as long. When the expiry
--- comes down, the live head, told the provisional one (wake), is told
--- again (X3). Returns true when the expiry came down.
-local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, lease)
+-- take_up turns owner's hand-over grant (field 0, hand_over_to) into a
+-- hold (count 1) of lease ms: the grant's provisional expiry, twice the
+-- waiter's liveness left, gives way to the lease, shorter or longer. The
+-- client counts the grant's deadline from its latest attempt plus at most
+-- its own lease (which lease is never below), and the new hold's from a
+-- request sent before now, so the expiry set here is never before either
+-- (X12). The token counter lives as long. When the expiry comes down, the
+-- live head, told the provisional one (wake), is told again (X3).
+local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, owner, lease)
+  redis.call('hset', hash, owner, 1)
   local before = redis.call('pttl', hash)
   redis.call('pexpire', hash, lease)
-  extend(hash, token_key, lease, lease)
-  if lease >= before then
-    return false
+  keep_token(token_key, lease)
+  if lease < before then
+    settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, lease)
   end
-  settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, lease)
-  return true
 end
 
 -- hand_over_to runs when the lock has just become free (the hash is gone),

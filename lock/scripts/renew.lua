@@ -30,10 +30,10 @@ if not held or hold_token(KEYS[5]) ~= tonumber(ARGV[3]) then
 end
 local lease = tonumber(ARGV[2])
 if held == '0' then
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], math.max(lease, tonumber(ARGV[4])))
+  take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[1], math.max(lease, tonumber(ARGV[4])))
   return 2
-elseif lease > 0 then
+end
+if lease > 0 then
   extend(KEYS[1], KEYS[5], lease)
 end
 return 1
