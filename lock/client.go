@@ -5,12 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // Client is one lock client: a client ID (a random UUID, as Redisson's),
@@ -21,8 +21,7 @@ type Client struct {
 	b       backend.Backend
 	id      string
 	cfg     config
-	scripts scriptSet
-	extra   extraScripts
+	scripts *wire.Scripts
 
 	nextOwner  atomic.Int64
 	noKeyWatch atomic.Bool // the backend said it cannot watch keys
@@ -40,21 +39,6 @@ type Client struct {
 	life        context.Context // cancelled by Close; bounds the watchdog's calls
 	end         context.CancelFunc
 	wg          sync.WaitGroup
-}
-
-// extraScripts are the scripts of extend.go, prune.go and describe.go,
-// built per Client like scriptSet. Each file builds its script's KEYS and
-// ARGV next to its embedded Lua.
-type extraScripts struct {
-	prune, describe, readDescription *backend.Script
-}
-
-func newExtraScripts() extraScripts {
-	return extraScripts{
-		prune:           backend.NewScript("prune", preludeLua+"\n"+pruneLua),
-		describe:        backend.NewScript("describe", describeLua),
-		readDescription: backend.NewScript("read_description", readDescriptionLua),
-	}
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
@@ -93,8 +77,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		b:           b,
 		id:          id,
 		cfg:         cfg,
-		scripts:     newScriptSet(),
-		extra:       newExtraScripts(),
+		scripts:     wire.NewScripts(),
 		owners:      make(map[string]*ownerState),
 		holds:       make(map[*Hold]holdRef),
 		kick:        make(chan struct{}, 1),
@@ -132,7 +115,7 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty name", ErrInvalidName)
 	}
-	k, ok := deriveKeys(c.cfg.keyPrefix + name)
+	k, ok := wire.Derive(c.cfg.keyPrefix + name)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q: its queue and lock keys would hash to different cluster slots (use one non-empty {tag} or none)", ErrInvalidName, c.cfg.keyPrefix+name)
 	}
@@ -147,8 +130,8 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 		keys:     k,
 		owner:    owner,
 		field:    field,
-		channel:  k.channel + ":" + field,
-		ownerKey: k.hash + "\x00" + field,
+		channel:  k.OwnerChannel(field),
+		ownerKey: k.Hash + "\x00" + field,
 	}, nil
 }
 
@@ -236,11 +219,6 @@ func (c *Client) untrack(h *Hold) {
 		delete(c.holds, h)
 		c.releaseLocked(ref.o)
 	}
-}
-
-// ms formats d as whole milliseconds, the unit of the scripts' arguments.
-func ms(d time.Duration) string {
-	return strconv.FormatInt(d.Milliseconds(), 10)
 }
 
 // newUUID returns a random (version 4) UUID from crypto/rand.

@@ -2,23 +2,16 @@ package lock
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
-// Client descriptions (WithDescription) and what Inspect tells of owners:
-// describe.lua, read_description.lua and the Go that calls them.
-var (
-	//go:embed scripts/describe.lua
-	describeLua string
-	//go:embed scripts/read_description.lua
-	readDescriptionLua string
-)
+// Client descriptions (WithDescription) and what Inspect tells of owners.
 
 // Description says who a client is, for people looking at a lock: Inspect
 // reports it for every holder and waiter whose client has one (see
@@ -59,10 +52,6 @@ const (
 	KindRedisson ClientKind = "redisson"
 )
 
-// descriptionPrefix + client ID, after the key prefix, is a client's
-// description key.
-const descriptionPrefix = "fairlock_client_info:"
-
 // describeTimeout bounds one write, delete or read of descriptions.
 const describeTimeout = time.Second
 
@@ -79,7 +68,7 @@ func (c *Client) Description() (Description, bool) {
 }
 
 func (c *Client) descriptionKey(clientID string) string {
-	return c.cfg.keyPrefix + descriptionPrefix + clientID
+	return c.cfg.keyPrefix + wire.DescriptionPrefix + clientID
 }
 
 // describeEvery is how often a client rewrites its description: every
@@ -120,33 +109,25 @@ func (c *Client) describe() {
 // writeDescription runs describe.lua: sets the client's description to
 // value for ttl, or deletes it when value is "".
 func (c *Client) writeDescription(ctx context.Context, value string, ttl time.Duration) error {
-	_, err := c.b.Eval(ctx, c.extra.describe, []string{c.descriptionKey(c.id)}, describeCall{value: value, ttl: ttl}.args())
+	call := wire.Describe{Key: c.descriptionKey(c.id), Value: value, TTL: ttl}.Call(c.scripts)
+	_, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	return err
 }
 
-// describeCall is one run of describe.lua: the description key, and these
-// arguments.
-type describeCall struct {
-	value string // "": delete
-	ttl   time.Duration
-}
-
-func (d describeCall) args() []string { return []string{d.value, ms(d.ttl)} }
-
 // describeOwners fills in the Description and Kind of st's holders and
-// waiters: the kinds from ev, read with st (inspect.lua), the
+// waiters: the kinds from snap, the state st was made of, the
 // descriptions from one pipelined batch of a read_description.lua run per
 // client ID (each key in its own slot). When the batch fails, st keeps
 // the kinds, and st.DescriptionErr says why.
-func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State, ev evidence) {
+func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State, snap wire.Snapshot) {
 	if len(st.Holders) == 0 && len(st.Queue) == 0 {
 		return
 	}
 	o := newOwnerIndex(c.id)
-	o.learn(st, ev)
+	o.learn(snap)
 	calls := make([]backend.Call, len(o.clients))
 	for i, id := range o.clients {
-		calls[i] = backend.Call{Script: c.extra.readDescription, Keys: []string{c.descriptionKey(id)}}
+		calls[i] = wire.ReadDescription(c.scripts, c.descriptionKey(id))
 	}
 	results, err := c.readDescriptions(ctx, calls)
 	if err == nil {
@@ -190,24 +171,23 @@ func (o *ownerIndex) facts(owner string) *ownerFacts {
 	return f
 }
 
-// learn takes the evidence of st's snapshot: which listed waiters
+// learn takes the evidence of a snapshot: which listed waiters
 // heartbeat, and the hash's and the counter's expiries for the holders.
-func (o *ownerIndex) learn(st *State, ev evidence) {
-	for i, w := range st.Queue {
-		f := o.facts(w.Owner)
-		switch {
-		case f == nil || i >= len(ev.heartbeats):
-		case ev.heartbeats[i]:
+func (o *ownerIndex) learn(snap wire.Snapshot) {
+	for _, w := range snap.Queue {
+		switch f := o.facts(w.Owner); {
+		case f == nil:
+		case w.Heartbeats:
 			f.fairlock = true
 		default:
 			f.redisson = true
 		}
 	}
-	for _, h := range st.Holders {
+	for _, h := range snap.Holders {
 		o.facts(h.Owner)
 	}
-	if len(st.Holders) > 0 {
-		o.holderEvidence(st.Holders, ev.hashTTL, ev.tokenTTL)
+	if len(snap.Holders) > 0 {
+		o.holderEvidence(snap.Holders, snap.HashTTL, snap.TokenTTL)
 	}
 }
 
@@ -253,7 +233,7 @@ func (o *ownerIndex) fill(st *State) {
 // together; a hash without expiry says nothing. A Redisson hold taken just
 // after a fairlock hold with a longer lease can pass for fairlock while
 // that counter lives: it is evidence, not proof.
-func (o *ownerIndex) holderEvidence(holders []Holder, hash, token int64) {
+func (o *ownerIndex) holderEvidence(holders []wire.Holder, hash, token int64) {
 	if hash < 0 {
 		return
 	}

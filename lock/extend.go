@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // Mutex.Extend: renew.lua with the new lease, through the owner's gate.
@@ -63,13 +65,13 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if err != nil {
 		return m.errorf(err)
 	}
-	call := renewCall{owner: m.field, lease: lease, token: view.token, holdLease: h.leaseNow(), wake: m.wake()}
+	call := wire.Renew{Owner: m.field, Lease: lease, Token: view.Token, HoldLease: h.leaseNow(), Wake: m.wake()}
 	got, sent, err := m.sendExtend(ctx, h, call)
 	switch {
-	case err == nil && got == renewLost:
+	case err == nil && got == wire.RenewLost:
 		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return m.errorf(h.Err())
-	case err == nil && h.renewed(sent, got.credit(call)):
+	case err == nil && h.renewed(sent, got.Credit(call)):
 		return nil
 	case h.live():
 		// Outcome unknown: the server may have extended the hold, which
@@ -89,21 +91,21 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 // still this owner's hold with this token, and never shortens it -
 // retrying transient errors with back-off while ctx and h last. It returns
 // renew.lua's answer and when the request that answered was sent.
-func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call renewCall) (renewReply, time.Time, error) {
-	keys, args := m.keys.scriptKeys(), call.args()
+func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.RenewReply, time.Time, error) {
+	c := call.Call(m.c.scripts, m.keys)
 	retry := newRetrier(m.c.closing)
 	for {
 		sent := time.Now()
-		rep, err := m.c.b.Eval(ctx, m.c.scripts.renew, keys, args)
+		rep, err := m.c.b.Eval(ctx, c.Script, c.Keys, c.Args)
 		if err == nil {
-			got, err := decodeRenew(rep)
+			got, err := wire.DecodeRenew(rep)
 			return got, sent, err
 		}
 		if !transient(err) || ctx.Err() != nil || !h.live() {
-			return renewLost, sent, err
+			return wire.RenewLost, sent, err
 		}
 		if err := retry.pause(ctx, err); err != nil {
-			return renewLost, sent, err
+			return wire.RenewLost, sent, err
 		}
 	}
 }
@@ -112,34 +114,34 @@ func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call renewCall) (renewR
 // hold the client has ended - bounded by cleanupTimeout. It stops at the
 // first error or when the server no longer has the hold; the hold frees
 // itself within its lease then anyway. The caller holds the owner's gate.
-func (m *Mutex) giveBackAll(ctx context.Context, view holdView, lease time.Duration) {
+func (m *Mutex) giveBackAll(ctx context.Context, view wire.View, lease time.Duration) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	for view.count > 0 {
+	for view.Count > 0 {
 		left, _, err := m.release(ctx, view, lease)
-		if err != nil || left < 0 || left >= view.count {
+		if err != nil || left < 0 || left >= view.Count {
 			return
 		}
-		view.count = left
+		view.Count = left
 	}
 }
 
 // extension returns the view Extend sends for h, or why h cannot be
 // extended: it has ended, it is not owner o's live hold, or the watchdog
 // renews it. The caller holds o's gate.
-func (h *Hold) extension(o *ownerState) (holdView, error) {
+func (h *Hold) extension(o *ownerState) (wire.View, error) {
 	current := o.current() == h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case errors.Is(h.err, ErrReleased):
-		return holdView{}, fmt.Errorf("%w: %w", ErrNotHeld, h.err)
+		return wire.View{}, fmt.Errorf("%w: %w", ErrNotHeld, h.err)
 	case h.err != nil:
-		return holdView{}, h.err
+		return wire.View{}, h.err
 	case !current:
-		return holdView{}, fmt.Errorf("%w: the hold is another owner's", ErrNotHeld)
+		return wire.View{}, fmt.Errorf("%w: the hold is another owner's", ErrNotHeld)
 	case h.watchdog:
-		return holdView{}, ErrWatchdogHold
+		return wire.View{}, ErrWatchdogHold
 	}
-	return holdView{token: h.token, count: h.count}, nil
+	return wire.View{Token: h.token, Count: h.count}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // Owner identifies a lock owner: the client's ID and an owner number within
@@ -130,16 +132,16 @@ func (h *Hold) Context(parent context.Context) (context.Context, context.CancelF
 }
 
 // view returns what the client knows of the hold, zero once it has ended.
-func (h *Hold) view() holdView {
+func (h *Hold) view() wire.View {
 	if h == nil {
-		return holdView{}
+		return wire.View{}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
-		return holdView{}
+		return wire.View{}
 	}
-	return holdView{token: h.token, count: h.count}
+	return wire.View{Token: h.token, Count: h.count}
 }
 
 // live reports whether the hold has not ended.
@@ -172,17 +174,17 @@ func (h *Hold) released(count int, sent time.Time) {
 // renew to (0: only check, for a hold with an explicit lease or one being
 // unlocked), the token and the hold's own lease (a hand-over grant not
 // confirmed yet is taken up with it). ok is false once the hold has ended.
-func (h *Hold) renewal() (call renewCall, ok bool) {
+func (h *Hold) renewal() (call wire.Renew, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
-		return renewCall{}, false
+		return wire.Renew{}, false
 	}
-	call.token, call.holdLease = h.token, h.lease
+	call.Token, call.HoldLease = h.token, h.lease
 	// While an Unlock is in flight the hold is only checked, so a lock
 	// never outlives its Unlock call by more than a lease (X13).
 	if (h.watchdog || h.unconfirmed) && h.releases == 0 {
-		call.lease = h.lease
+		call.Lease = h.lease
 	}
 	return call, true
 }

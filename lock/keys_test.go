@@ -5,48 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
-
-func TestSlotKnownValues(t *testing.T) {
-	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
-	cases := map[string]uint16{
-		"123456789":             12739, // CRC16/XMODEM check value 0x31C3
-		"foo":                   12182,
-		"{user1000}.following":  slot("user1000"),
-		"foo{}{bar}":            slot("foo{}{bar}"),
-		"foo{{bar}}zap":         slot("{bar"),
-		"foo{bar}{zap}":         slot("bar"),
-		"redisson_lock_queue:x": slot("redisson_lock_queue:x"),
-	}
-	for key, want := range cases {
-		if got := slot(key); got != want {
-			t.Errorf("slot(%q) = %d, want %d", key, got, want)
-		}
-	}
-}
-
-func TestDeriveKeysRedissonNames(t *testing.T) {
-	k, ok := deriveKeys("orders")
-	if !ok {
-		t.Fatal("plain name rejected")
-	}
-	want := keyset{
-		hash:     "orders",
-		queue:    "redisson_lock_queue:{orders}",
-		timeouts: "redisson_lock_timeout:{orders}",
-		alive:    "fairlock_lock_alive:{orders}",
-		token:    "redisson_lock_token:{orders}",
-		channel:  "redisson_lock__channel:{orders}",
-		latch:    "redisson_unlock_latch:{orders}",
-	}
-	if k != want {
-		t.Errorf("deriveKeys(orders) = %+v, want %+v", k, want)
-	}
-	k, ok = deriveKeys("{tenant}.orders")
-	if !ok || k.queue != "redisson_lock_queue:{tenant}.orders" {
-		t.Errorf("tagged name: %+v, %v", k, ok)
-	}
-}
 
 // FuzzLockName checks X10 for any name: NewMutex either rejects it with
 // ErrInvalidName or every key it derives lands in one cluster slot. It
@@ -66,20 +27,20 @@ func FuzzLockName(f *testing.F) {
 				t.Fatalf("NewMutex(%q) with prefix %q: %v, want ErrInvalidName", name, prefix, err)
 			}
 			if name != "" {
-				if _, ok := deriveKeys(prefix + name); ok {
+				if _, ok := wire.Derive(prefix + name); ok {
 					t.Fatalf("NewMutex(%q) rejected a name whose keys share a slot", name)
 				}
 			}
 			return
 		}
 		k := m.keys
-		s := slot(k.hash)
-		for _, key := range []string{k.queue, k.timeouts, k.alive, k.token, k.channel + ":c:1", k.latch + ":ab", m.channel} {
-			if slot(key) != s {
-				t.Fatalf("name %q: key %q in slot %d, lock hash in %d", prefix+name, key, slot(key), s)
+		s := wire.Slot(k.Hash)
+		for _, key := range []string{k.Queue, k.Timeouts, k.Alive, k.Token, k.OwnerChannel("c:1"), k.Latch + ":ab", m.channel} {
+			if wire.Slot(key) != s {
+				t.Fatalf("name %q: key %q in slot %d, lock hash in %d", prefix+name, key, wire.Slot(key), s)
 			}
 		}
-		if k.hash != prefix+name || !strings.HasPrefix(k.queue, queuePrefix+":") {
+		if k.Hash != prefix+name || !strings.HasPrefix(k.Queue, "redisson_lock_queue:") {
 			t.Fatalf("unexpected keys %+v", k)
 		}
 	})

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // Mutex is one owner's handle on one fair lock. Create it with
@@ -22,7 +22,7 @@ import (
 type Mutex struct {
 	c       *Client
 	name    string
-	keys    keyset
+	keys    wire.Keys
 	owner   Owner
 	field   string // owner.String(), the hash field and queue entry
 	channel string // this owner's wake-up channel
@@ -37,14 +37,14 @@ func (m *Mutex) Name() string { return m.name }
 func (m *Mutex) Owner() Owner { return m.owner }
 
 // Key returns the Redis key of the lock hash (prefix and name).
-func (m *Mutex) Key() string { return m.keys.hash }
+func (m *Mutex) Key() string { return m.keys.Hash }
 
 // Keys returns the Redis keys that hold the lock's state, in this order:
 // the lock hash (Key), the queue, Redisson's timeouts zset, fairlock's
 // liveness zset and the fencing-token counter (RULES.md, keyspace). They
 // share one hash slot. Unlock latches, one short-lived key per release
 // request, are not among them.
-func (m *Mutex) Keys() []string { return m.keys.scriptKeys() }
+func (m *Mutex) Keys() []string { return m.keys.Script() }
 
 // Lock waits as long as ctx allows for the lock, in arrival order (FIFO),
 // and returns the Hold. The lease is the client's watchdog lease
@@ -133,9 +133,9 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	w := &waiter{
 		m: m, o: o, lease: lease, watchdog: watchdog, tr: tr, result: &result,
 		retry: newRetrier(m.c.closing),
-		call: acquireCall{
-			owner: m.field, lease: lease, waiterTimeout: cfg.waiterTimeout, once: op == OpTryLockOnce,
-			wake: m.wake(), maxHint: cfg.waiterTimeout / 3, slack: cfg.redissonSlack,
+		call: wire.Acquire{
+			Owner: m.field, Lease: lease, WaiterTimeout: cfg.waiterTimeout, Once: op == OpTryLockOnce,
+			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
 		},
 	}
 	h, err := w.run(ctx)
@@ -143,7 +143,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		return nil, m.waitErr(parent, ctx, err)
 	}
 	view := h.view()
-	result.HoldCount, result.Token = view.count, view.token
+	result.HoldCount, result.Token = view.Count, view.Token
 	return h, nil
 }
 
@@ -178,8 +178,8 @@ func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 	return m.errorf(err)
 }
 
-func (m *Mutex) wake() wakeArgs {
-	return wakeArgs{channelPrefix: m.keys.channel, publish: m.c.cfg.publish}
+func (m *Mutex) wake() wire.Wake {
+	return wire.Wake{ChannelPrefix: m.keys.Channel, Publish: m.c.cfg.publish}
 }
 
 // holdEnded is told when a hold of this Mutex ends: the watchdog forgets
@@ -193,14 +193,15 @@ func (m *Mutex) holdEnded(h *Hold, err error) {
 
 // leaveQueue runs leave.lua, bounded by cleanupTimeout whatever ctx says;
 // known is the token of the hold the client knows (0: none).
-func (m *Mutex) leaveQueue(ctx context.Context, known int64) (leaveReply, error) {
+func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	rep, err := m.c.b.Eval(ctx, m.c.scripts.leave, m.keys.scriptKeys(), leaveCall{owner: m.field, wake: m.wake(), known: known}.args())
+	call := wire.Leave{Owner: m.field, Wake: m.wake(), Known: known}.Call(m.c.scripts, m.keys)
+	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {
-		return leaveReply{}, err
+		return wire.LeaveReply{}, err
 	}
-	return decodeLeave(rep)
+	return wire.DecodeLeave(rep)
 }
 
 // Unlock releases one hold of this owner (B2, B4): the lock is released when
@@ -282,22 +283,22 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 // the server while the first attempt's latch lives (B10), and a later one
 // finds the count already taken down. It returns the count left (-1: not
 // held) and when the request that answered was sent.
-func (m *Mutex) release(ctx context.Context, view holdView, lease time.Duration) (int, time.Time, error) {
+func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration) (int, time.Time, error) {
 	reqID, err := newRequestID()
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	call := unlockCall{owner: m.field, lease: lease, wake: m.wake(), latch: unlockLatchTTL, view: view}
-	keys := call.keys(m.keys, reqID)
+	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: reqID}
 	wctx, cancel := context.WithTimeout(ctx, unlockRetryWindow)
 	defer cancel()
 	retry := newRetrier(m.c.closing)
 	for {
 		sent := time.Now()
-		rep, err := m.c.b.Eval(wctx, m.c.scripts.unlock, keys, call.args())
-		call.retry = true
+		call := req.Call(m.c.scripts, m.keys)
+		rep, err := m.c.b.Eval(wctx, call.Script, call.Keys, call.Args)
+		req.Retry = true
 		if err == nil {
-			left, err := decodeUnlock(rep)
+			left, err := wire.DecodeUnlock(rep)
 			return left, sent, err
 		}
 		if transient(err) && wctx.Err() == nil {
@@ -337,7 +338,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 			tr.End(res)
 		}()
 	}
-	n, err := m.evict(ctx, m.c.scripts.forceUnlock, "force-unlocked")
+	n, err := m.evict(ctx, wire.Evict{Wake: m.wake()}, "force-unlocked")
 	return n == 1, err
 }
 
@@ -349,7 +350,7 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
 	}
-	n, err := m.evict(ctx, m.c.scripts.delete, "deleted")
+	n, err := m.evict(ctx, wire.Evict{Delete: true, Wake: m.wake()}, "deleted")
 	return n > 0, err
 }
 
@@ -357,7 +358,7 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 // hold this owner had when the call was sent ends as lost; a hold granted
 // while the call was in flight (the call woke this very owner) is a newer
 // one and stays.
-func (m *Mutex) evict(ctx context.Context, script *backend.Script, how string) (int64, error) {
+func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, error) {
 	end, err := m.c.begin()
 	if err != nil {
 		return 0, m.errorf(err)
@@ -370,11 +371,12 @@ func (m *Mutex) evict(ctx context.Context, script *backend.Script, how string) (
 	}
 	prev := o.current()
 	o.exit()
-	rep, err := m.c.b.Eval(ctx, script, m.keys.scriptKeys(), evictArgs(m.wake()))
+	call := req.Call(m.c.scripts, m.keys)
+	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {
 		return 0, m.errorf(err)
 	}
-	n, err := decodeCount(script.Name, rep)
+	n, err := wire.DecodeCount(call, rep)
 	if err != nil {
 		return 0, m.errorf(err)
 	}

@@ -2,14 +2,10 @@ package lock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
+
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
-
-// Client.PruneWaiters: prune.lua and the Go that calls it.
-
-//go:embed scripts/prune.lua
-var pruneLua string
 
 // PruneWaiters removes the dead waiters of lock name - queued owners whose
 // deadline has passed: a fairlock waiter that stopped heartbeating (its
@@ -41,18 +37,16 @@ func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 		return 0, pruneErr(name, err)
 	}
 	defer end()
-	rep, err := c.b.Eval(ctx, c.extra.prune, m.keys.scriptKeys(), evictArgs(m.wake()))
+	call := wire.Prune{Wake: m.wake()}.Call(c.scripts, m.keys)
+	rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {
 		return 0, pruneErr(name, err)
 	}
-	n, err := decodeCount("prune", rep)
-	if err == nil && n < 0 {
-		err = fmt.Errorf("%w: prune: %v", ErrUnexpectedReply, rep)
-	}
+	n, err := wire.DecodeCount(call, rep)
 	if err != nil {
 		return 0, pruneErr(name, err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 func pruneErr(name string, err error) error {

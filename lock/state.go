@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // State is a snapshot of a lock, read atomically by one script (or, with
@@ -84,13 +85,13 @@ func (s State) CountOf(owner string) int {
 // HoldCount and RemainTTL do not read them. With WithCachedReads both
 // reads go through the client-side cache.
 func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
-	return m.readState(ctx, readAll, limit)
+	return m.readState(ctx, wire.CachedAll, limit)
 }
 
 // readState is every read method: what kind needs of the lock's state,
 // from the cache (WithCachedReads, cached.go) or inspect.lua, which also
 // sets the cached reads' estimate of the server's clock.
-func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State, error) {
+func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) (State, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return State{}, err
 	}
@@ -101,17 +102,36 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 		return st, nil
 	}
 	sent := time.Now()
-	st, ev, err := m.read(ctx, limit)
+	snap, err := m.read(ctx, limit)
 	if cr := m.c.cfg.cached; cr != nil {
-		cr.clock.observe(st.ServerTime, sent, time.Now(), err)
+		cr.clock.observe(snap.Now, sent, time.Now(), err)
 	}
 	if err != nil {
 		return State{}, m.errorf(err)
 	}
-	if kind == readAll {
-		m.c.describeOwners(ctx, m, &st, ev)
+	st := stateOf(snap)
+	if kind == wire.CachedAll {
+		m.c.describeOwners(ctx, m, &st, snap)
 	}
 	return st, nil
+}
+
+// stateOf is the State a snapshot says.
+func stateOf(snap wire.Snapshot) State {
+	st := State{ServerTime: snap.Now, Token: snap.Token, QueueLength: snap.QueueLength}
+	switch {
+	case snap.HashTTL == -1:
+		st.TTL = -1
+	case snap.HashTTL > 0:
+		st.TTL = time.Duration(snap.HashTTL) * time.Millisecond
+	}
+	for _, h := range snap.Holders {
+		st.Holders = append(st.Holders, Holder{Owner: h.Owner, Count: h.Count})
+	}
+	for _, q := range snap.Queue {
+		st.Queue = append(st.Queue, Waiter{Owner: q.Owner, Deadline: q.Deadline})
+	}
+	return st
 }
 
 // readAttempts bounds the tries of a read: reads change nothing, so a
@@ -119,16 +139,17 @@ func (m *Mutex) readState(ctx context.Context, kind readKind, limit int) (State,
 // times, with back-off.
 const readAttempts = 3
 
-func (m *Mutex) read(ctx context.Context, limit int) (State, evidence, error) {
+func (m *Mutex) read(ctx context.Context, limit int) (wire.Snapshot, error) {
+	call := wire.Inspect{Limit: limit}.Call(m.c.scripts, m.keys)
 	var rep backend.Reply
 	err := m.c.retryRead(ctx, func() (err error) {
-		rep, err = m.c.b.Eval(ctx, m.c.scripts.inspect, m.keys.scriptKeys(), inspectArgs(limit))
+		rep, err = m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 		return err
 	})
 	if err != nil {
-		return State{}, evidence{}, err
+		return wire.Snapshot{}, err
 	}
-	return decodeInspect(rep)
+	return wire.DecodeInspect(rep)
 }
 
 // retryRead runs read, again after a transient error, at most
@@ -148,26 +169,26 @@ func (c *Client) retryRead(ctx context.Context, read func() error) error {
 
 // IsLocked reports whether anyone holds the lock (B9).
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	st, err := m.readState(ctx, readHolders, 0)
+	st, err := m.readState(ctx, wire.CachedHolders, 0)
 	return st.Locked(), err
 }
 
 // IsHeldBy reports whether owner holds the lock (B9).
 func (m *Mutex) IsHeldBy(ctx context.Context, owner Owner) (bool, error) {
-	st, err := m.readState(ctx, readHolders, 0)
+	st, err := m.readState(ctx, wire.CachedHolders, 0)
 	return st.CountOf(owner.String()) > 0, err
 }
 
 // HoldCount returns this owner's hold count, 0 when it does not hold the
 // lock (B9).
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	st, err := m.readState(ctx, readHolders, 0)
+	st, err := m.readState(ctx, wire.CachedHolders, 0)
 	return st.CountOf(m.field), err
 }
 
 // RemainTTL returns the lease left on the lock: 0 when it is free, -1 when
 // it has no expiry (B9).
 func (m *Mutex) RemainTTL(ctx context.Context) (time.Duration, error) {
-	st, err := m.readState(ctx, readTTL, 0)
+	st, err := m.readState(ctx, wire.CachedTTL, 0)
 	return st.TTL, err
 }

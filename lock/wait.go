@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // attemptTimeout bounds one acquire attempt. Attempts do not follow the
@@ -24,7 +25,7 @@ const attemptTimeout = 5 * time.Second
 type waiter struct {
 	m        *Mutex
 	o        *ownerState
-	call     acquireCall // view is filled in for each attempt
+	call     wire.Acquire // view is filled in for each attempt
 	lease    time.Duration
 	watchdog bool
 	retry    *retrier
@@ -43,7 +44,7 @@ type waiter struct {
 // up, or an error ends it; then it cleans up in one place.
 func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	c := w.m.c
-	if !w.call.once {
+	if !w.call.Once {
 		c.startWaiting(w.o)
 		w.sub = c.takeParked(w.o)
 	}
@@ -55,7 +56,7 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	if !w.call.once && c.stopWaiting(w.o) && (err != nil || w.o.queued.Load()) {
+	if !w.call.Once && c.stopWaiting(w.o) && (err != nil || w.o.queued.Load()) {
 		// The owner's last waiting call leaves the queue it shares with
 		// the others (X5), also when it got the lock but another call left
 		// the owner marked queued after that (an attempt of unknown
@@ -73,10 +74,10 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			return nil, err
 		case h != nil:
 			return h, nil
-		case w.call.once:
+		case w.call.Once:
 			return nil, ErrNotAcquired
 		}
-		w.noteQueued(r.position)
+		w.noteQueued(r.Position)
 		if w.sub == nil {
 			if err := w.subscribe(ctx); err != nil {
 				return nil, err
@@ -85,12 +86,12 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			// subscription published to nobody.
 			continue
 		}
-		if r.head {
+		if r.Head {
 			w.becameHead()
 		} else {
 			w.notHead()
 		}
-		g, err := w.sleep(ctx, r.hint)
+		g, err := w.sleep(ctx, r.Hint)
 		if err != nil {
 			return nil, err
 		}
@@ -107,19 +108,19 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 // view, so it cannot apply twice) is sent again after a back-off until the
 // caller's context ends (X14), and then undone. TryLockOnce does not
 // retry.
-func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
+func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) {
 	if err := w.o.enter(ctx); err != nil {
-		return acquireReply{}, nil, err
+		return wire.AcquireReply{}, nil, err
 	}
 	defer w.o.exit()
 	for {
-		w.call.view = w.o.current().view()
+		w.call.View = w.o.current().view()
 		sent := time.Now()
 		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
 		if err == nil {
-			if !r.acquired {
-				w.lastAck, w.ackedAt = sent, r.now
-				if !w.call.once {
+			if !r.Acquired {
+				w.lastAck, w.ackedAt = sent, r.Now
+				if !w.call.Once {
 					w.o.queued.Store(true)
 				}
 				return r, nil, nil
@@ -127,29 +128,29 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 			h, err := w.grant(ctx, r, sent)
 			return r, h, err
 		}
-		if transient(err) && !w.call.once && ctx.Err() == nil {
+		if transient(err) && !w.call.Once && ctx.Err() == nil {
 			if err = w.retry.pause(ctx, err); err == nil {
 				continue
 			}
 		}
-		w.undo(ctx, w.call.view)
-		return acquireReply{}, nil, err
+		w.undo(ctx, w.call.View)
+		return wire.AcquireReply{}, nil, err
 	}
 }
 
 // grant applies a granted attempt sent at sent: the live hold re-entered,
 // or a new hold.
-func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Hold, error) {
+func (w *waiter) grant(ctx context.Context, r wire.AcquireReply, sent time.Time) (*Hold, error) {
 	if live := w.o.current(); live != nil {
-		if live.token == r.token {
-			live.reentered(r.count, sent, w.lease, w.watchdog)
+		if live.token == r.Token {
+			live.reentered(r.Count, sent, w.lease, w.watchdog)
 			return live, nil
 		}
 		// The server replaced it (it had ended there: lease ran out or
 		// forced), so the client's hold was already lost.
 		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
 	}
-	h := newHold(r.token, r.count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
+	h := newHold(r.Token, r.Count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
 	if err := w.start(ctx, h); err != nil {
 		return nil, err
 	}
@@ -166,7 +167,7 @@ func (w *waiter) start(ctx context.Context, h *Hold) error {
 	h.endIfOverdue()
 	if err := w.m.c.track(h, w.m, w.o); err != nil {
 		h.end(err)
-		w.undo(ctx, holdView{})
+		w.undo(ctx, wire.View{})
 		return err
 	}
 	w.o.queued.Store(false) // the grant took the owner out of the queue
@@ -228,8 +229,8 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // granted: its next attempt takes a grant up as a new hold, and the
 // owner's last waiting call, if it ends first, leaves the queue and gives
 // the grant back (the owner counts as queued). The caller holds the gate.
-func (w *waiter) undo(ctx context.Context, view holdView) {
-	if view.count == 0 && w.m.c.waitingOthers(w.o, !w.call.once) {
+func (w *waiter) undo(ctx context.Context, view wire.View) {
+	if view.Count == 0 && w.m.c.waitingOthers(w.o, !w.call.Once) {
 		w.o.queued.Store(true)
 		return
 	}
@@ -244,18 +245,18 @@ func (w *waiter) undo(ctx context.Context, view holdView) {
 // server says it holds beyond view, the hold the client knows (a grant of
 // unknown outcome, a hand-over grant not taken up). The caller holds the
 // gate.
-func (w *waiter) giveBack(ctx context.Context, view holdView) error {
-	left, err := w.m.leaveQueue(ctx, view.token)
+func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
+	left, err := w.m.leaveQueue(ctx, view.Token)
 	if err == nil {
 		// Out of the queue, and every grant this owner had until now is
 		// taken up or given back: a message announcing one is stale for
 		// its other calls.
 		w.o.queued.Store(false)
-		w.o.spend(left.held.token)
+		w.o.spend(left.Held.Token)
 	}
-	if err == nil && left.held != view && left.held.count > 0 {
+	if err == nil && left.Held != view && left.Held.Count > 0 {
 		cctx, cancel := cleanupContext(ctx)
-		_, _, err = w.m.release(cctx, left.held, w.lease)
+		_, _, err = w.m.release(cctx, left.Held, w.lease)
 		cancel()
 	}
 	return err
@@ -445,23 +446,24 @@ func (w *waiter) woke(e backend.Event) {
 // evalAcquire sends one acquire attempt, bounded by attemptTimeout and not
 // by ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
 // fewer replicas acknowledged is an error (X9): the caller undoes it.
-func (c *Client) evalAcquire(ctx context.Context, k keyset, a acquireCall) (acquireReply, error) {
+func (c *Client) evalAcquire(ctx context.Context, k wire.Keys, a wire.Acquire) (wire.AcquireReply, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
 	defer cancel()
+	call := a.Call(c.scripts, k)
 	if c.cfg.replicas == 0 {
-		rep, err := c.b.Eval(ctx, c.scripts.acquire, k.scriptKeys(), a.args())
+		rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 		if err != nil {
-			return acquireReply{}, err
+			return wire.AcquireReply{}, err
 		}
-		return decodeAcquire(rep)
+		return wire.DecodeAcquire(rep)
 	}
-	rep, acked, err := c.b.(backend.ReplicaWaiter).EvalWait(ctx, c.scripts.acquire, k.scriptKeys(), a.args(), c.cfg.replicas, c.cfg.replicaWait)
+	rep, acked, err := c.b.(backend.ReplicaWaiter).EvalWait(ctx, call.Script, call.Keys, call.Args, c.cfg.replicas, c.cfg.replicaWait)
 	if err != nil {
-		return acquireReply{}, err
+		return wire.AcquireReply{}, err
 	}
-	r, err := decodeAcquire(rep)
-	if err == nil && r.acquired && acked < c.cfg.replicas {
-		return acquireReply{}, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.cfg.replicas, c.cfg.replicaWait)
+	r, err := wire.DecodeAcquire(rep)
+	if err == nil && r.Acquired && acked < c.cfg.replicas {
+		return wire.AcquireReply{}, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.cfg.replicas, c.cfg.replicaWait)
 	}
 	return r, err
 }
@@ -480,7 +482,7 @@ func (w *keyWatch) arm(ctx context.Context, m *Mutex) {
 	if w.sub != nil || !ok || m.c.noKeyWatch.Load() {
 		return
 	}
-	sub, err := kw.WatchKey(ctx, m.keys.hash)
+	sub, err := kw.WatchKey(ctx, m.keys.Hash)
 	if errors.Is(err, backend.ErrNotSupported) {
 		m.c.noKeyWatch.Store(true)
 	}

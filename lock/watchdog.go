@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // watchdog is the client's single renewal loop (B6). Every third of the
@@ -74,7 +75,7 @@ func (c *Client) listenReconnects() {
 	failed := false
 	for sub == nil {
 		ctx, cancel := context.WithTimeout(c.life, reconnectTimeout)
-		s, err := c.b.Subscribe(ctx, clientChannelPrefix+c.id)
+		s, err := c.b.Subscribe(ctx, wire.ClientChannelPrefix+c.id)
 		cancel()
 		if err == nil {
 			sub = s
@@ -114,7 +115,7 @@ func (c *Client) listenReconnects() {
 type renewal struct {
 	h    *Hold
 	m    *Mutex
-	call renewCall // lease 0: only checked
+	call wire.Renew // lease 0: only checked
 }
 
 // confirm renews h at the instant at, or when the hold ends first not at
@@ -180,9 +181,9 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 		if !ok {
 			continue
 		}
-		call.owner, call.wake = ref.m.field, ref.m.wake()
+		call.Owner, call.Wake = ref.m.field, ref.m.wake()
 		batch = append(batch, renewal{h: h, m: ref.m, call: call})
-		calls = append(calls, backend.Call{Script: c.scripts.renew, Keys: ref.m.keys.scriptKeys(), Args: call.args()})
+		calls = append(calls, call.Call(c.scripts, ref.m.keys))
 	}
 	c.mu.Unlock()
 	if len(calls) == 0 {
@@ -195,11 +196,11 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 	answered := false
 	for i, r := range batch {
 		err := fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), len(calls))
-		got := renewLost
+		got := wire.RenewLost
 		if i < len(results) {
 			err = results[i].Err
 			if err == nil {
-				got, err = decodeRenew(results[i].Reply)
+				got, err = wire.DecodeRenew(results[i].Reply)
 			}
 		}
 		c.renewed(r, sent, got, err)
@@ -208,15 +209,15 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 	return answered
 }
 
-func (c *Client) renewed(r renewal, sent time.Time, got renewReply, err error) {
+func (c *Client) renewed(r renewal, sent time.Time, got wire.RenewReply, err error) {
 	switch {
-	case err == nil && got == renewLost:
+	case err == nil && got == wire.RenewLost:
 		r.h.lost(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
-	case err == nil && r.call.lease > 0:
+	case err == nil && r.call.Lease > 0:
 		// A check (lease 0), during an Unlock, counts nothing.
-		r.h.renewed(sent, got.credit(r.call))
+		r.h.renewed(sent, got.Credit(r.call))
 	}
-	if r.call.lease > 0 && c.cfg.observer != nil {
+	if r.call.Lease > 0 && c.cfg.observer != nil {
 		c.cfg.observer.Renewed(r.m.call(""), err)
 	}
 }

@@ -1,0 +1,184 @@
+package wire
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+var argvRef = regexp.MustCompile(`ARGV\[(\d+)\]`)
+var keysRef = regexp.MustCompile(`KEYS\[(\d+)\]`)
+
+// maxRef returns the highest index re finds in the script's body (after
+// the prelude, which takes its values as parameters).
+func maxRef(re *regexp.Regexp, src string) int {
+	n := 0
+	for _, m := range re.FindAllStringSubmatch(src, -1) {
+		i, _ := strconv.Atoi(m[1])
+		n = max(n, i)
+	}
+	return n
+}
+
+// TestCallsMatchScripts: every call sends exactly the KEYS and ARGV its
+// script reads - the contract between Go and Lua, checked without a
+// server.
+func TestCallsMatchScripts(t *testing.T) {
+	s := NewScripts()
+	k, _ := Derive("orders")
+	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
+	calls := []backend.Call{
+		Acquire{Owner: "c:1", Lease: time.Second, WaiterTimeout: time.Second, Wake: w}.Call(s, k),
+		Unlock{Owner: "c:1", Lease: time.Second, Wake: w, Latch: time.Second, RequestID: "ab"}.Call(s, k),
+		Leave{Owner: "c:1", Wake: w}.Call(s, k),
+		Renew{Owner: "c:1", Lease: time.Second, Token: 1, HoldLease: time.Second, Wake: w}.Call(s, k),
+		Evict{Wake: w}.Call(s, k),
+		Evict{Delete: true, Wake: w}.Call(s, k),
+		Inspect{Limit: 3}.Call(s, k),
+		Prune{Wake: w}.Call(s, k),
+		Describe{Key: "d", Value: "{}", TTL: time.Second}.Call(s),
+		ReadDescription(s, "d"),
+	}
+	seen := map[string]bool{}
+	for _, c := range calls {
+		body := c.Script.Source
+		if len(body) > len(preludeLua) && body[:len(preludeLua)] == preludeLua {
+			body = body[len(preludeLua):]
+		}
+		if got, want := len(c.Args), maxRef(argvRef, body); got != want {
+			t.Errorf("%s: %d ARGV sent, script reads ARGV[%d]", c.Script.Name, got, want)
+		}
+		if got, want := len(c.Keys), maxRef(keysRef, body); got != want {
+			t.Errorf("%s: %d KEYS sent, script reads KEYS[%d]", c.Script.Name, got, want)
+		}
+		for _, key := range c.Keys[1:] {
+			if c.Script.Name != "describe" && c.Script.Name != "read_description" && Slot(key) != Slot(c.Keys[0]) {
+				t.Errorf("%s: key %q is not in the lock's slot", c.Script.Name, key)
+			}
+		}
+		seen[c.Script.Name] = true
+	}
+	if len(seen) != 10 {
+		t.Errorf("calls cover %d scripts, want all 10", len(seen))
+	}
+}
+
+// TestDecodeReplies: each decoder takes the script's documented shapes
+// and nothing else.
+func TestDecodeReplies(t *testing.T) {
+	ints := func(v ...int64) backend.Reply {
+		r := backend.ArrayReply()
+		for _, n := range v {
+			r.Elems = append(r.Elems, backend.IntReply(n))
+		}
+		return r
+	}
+	if got, err := DecodeAcquire(ints(1, 7, 2)); err != nil || got != (AcquireReply{Acquired: true, Token: 7, Count: 2}) {
+		t.Errorf("acquired: %+v, %v", got, err)
+	}
+	if got, err := DecodeAcquire(ints(0, 30, 0)); err != nil || got != (AcquireReply{Hint: 30 * time.Millisecond}) {
+		t.Errorf("once refused: %+v, %v", got, err)
+	}
+	if got, err := DecodeAcquire(ints(0, 30, 2, 1, 99)); err != nil || got != (AcquireReply{Hint: 30 * time.Millisecond, Position: 2, Head: true, Now: 99}) {
+		t.Errorf("queued: %+v, %v", got, err)
+	}
+	if n, err := DecodeUnlock(backend.IntReply(-1)); err != nil || n != -1 {
+		t.Errorf("unlock not held: %d, %v", n, err)
+	}
+	if got, err := DecodeLeave(ints(1, 0, 9)); err != nil || got != (LeaveReply{Queued: true, Held: View{Token: 9}}) {
+		t.Errorf("leave: %+v, %v", got, err)
+	}
+	if got, err := DecodeRenew(backend.IntReply(2)); err != nil || got != RenewTookUp {
+		t.Errorf("renew: %v, %v", got, err)
+	}
+	bad := []func() error{
+		func() error { _, err := DecodeAcquire(ints(1, 7)); return err },
+		func() error { _, err := DecodeAcquire(backend.StringReply("x")); return err },
+		func() error { _, err := DecodeUnlock(backend.IntReply(-2)); return err },
+		func() error { _, err := DecodeLeave(ints(1, 0)); return err },
+		func() error { _, err := DecodeRenew(backend.IntReply(3)); return err },
+		func() error { _, err := DecodeInspect(ints(1, 2, 3)); return err },
+		func() error {
+			_, err := DecodeCount(Prune{}.Call(NewScripts(), Keys{}), backend.IntReply(-1))
+			return err
+		},
+	}
+	for i, f := range bad {
+		if err := f(); !errors.Is(err, backend.ErrUnexpectedReply) {
+			t.Errorf("bad reply %d: %v, want ErrUnexpectedReply", i, err)
+		}
+	}
+}
+
+// TestRenewCredit: a renewal that took a hand-over grant up counts the
+// longer of the two leases; any other counts what it sent.
+func TestRenewCredit(t *testing.T) {
+	r := Renew{Lease: time.Second, HoldLease: 3 * time.Second}
+	if got := RenewTookUp.Credit(r); got != 3*time.Second {
+		t.Errorf("took up: %v", got)
+	}
+	if got := RenewHeld.Credit(r); got != time.Second {
+		t.Errorf("held: %v", got)
+	}
+}
+
+func TestDecodeInspect(t *testing.T) {
+	rep := backend.ArrayReply(
+		backend.IntReply(1000), backend.IntReply(500), backend.IntReply(42), backend.IntReply(2),
+		backend.ArrayReply(backend.StringReply("c:1"), backend.StringReply("0")),
+		backend.ArrayReply(
+			backend.StringReply("c:2"), backend.StringReply("2000"), backend.IntReply(1),
+			backend.StringReply("j:3"), backend.StringReply(""), backend.IntReply(0)),
+		backend.IntReply(1500))
+	got, err := DecodeInspect(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Snapshot{Now: time.UnixMilli(1000), HashTTL: 500, Token: 42, QueueLength: 2, TokenTTL: 1500,
+		Holders: []Holder{{Owner: "c:1", Count: 1}},
+		Queue:   []Queued{{Owner: "c:2", Deadline: time.UnixMilli(2000), Heartbeats: true}, {Owner: "j:3"}}}
+	if got.Now != want.Now || got.HashTTL != want.HashTTL || got.Token != want.Token || got.QueueLength != want.QueueLength || got.TokenTTL != want.TokenTTL ||
+		len(got.Holders) != 1 || got.Holders[0] != want.Holders[0] || len(got.Queue) != 2 || got.Queue[0] != want.Queue[0] || got.Queue[1] != want.Queue[1] {
+		t.Errorf("DecodeInspect = %+v, want %+v", got, want)
+	}
+}
+
+// TestCachedRead: the plain reads decode into what inspect.lua says.
+func TestCachedRead(t *testing.T) {
+	now := time.UnixMilli(10_000)
+	r := CachedRead{Kind: CachedAll, Limit: 2}
+	k, _ := Derive("orders")
+	if n := len(r.Commands(k)); n != 7 {
+		t.Fatalf("%d commands", n)
+	}
+	reps := []backend.Reply{
+		backend.ArrayReply(backend.StringReply("c:1"), backend.StringReply("2")), // HGETALL
+		backend.IntReply(10_400), // PEXPIRETIME hash
+		backend.StringReply("42"),
+		backend.IntReply(3), // LLEN
+		backend.IntReply(1), // ZCOUNT alive 0 0
+		backend.IntReply(-1),
+		backend.ArrayReply(backend.StringReply("c:2"), backend.StringReply("c:3")),
+	}
+	s, waiters, err := r.Decode(reps, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.HashTTL != 400 || s.Token != 42 || s.QueueLength != 2 || s.TokenTTL != -1 || len(s.Holders) != 1 || s.Holders[0].Count != 2 || len(waiters) != 2 {
+		t.Errorf("Decode = %+v, %v", s, waiters)
+	}
+	q, err := DecodeWaiters(waiters, []backend.Reply{
+		backend.ArrayReply(backend.StringReply("0"), backend.Reply{}),
+		backend.ArrayReply(backend.StringReply("5"), backend.StringReply("12000")),
+	})
+	if err != nil || len(q) != 1 || q[0] != (Queued{Owner: "c:3", Deadline: time.UnixMilli(12000)}) {
+		t.Errorf("DecodeWaiters = %+v, %v (the left entry is skipped, the Redisson one kept)", q, err)
+	}
+	if _, _, err := r.Decode(reps[:3], now); !errors.Is(err, backend.ErrUnexpectedReply) {
+		t.Errorf("short reply: %v", err)
+	}
+}

@@ -1,0 +1,100 @@
+package wire
+
+import "strings"
+
+// Redisson's key and channel prefixes (wire compatibility; the keyspace
+// table in RULES.md), and fairlock's own.
+const (
+	queuePrefix   = "redisson_lock_queue"
+	timeoutPrefix = "redisson_lock_timeout"
+	channelPrefix = "redisson_lock__channel"
+	latchPrefix   = "redisson_unlock_latch"
+	tokenPrefix   = "redisson_lock_token"
+	// alivePrefix is ours, not Redisson's: fairlock waiters' liveness
+	// deadlines (see scripts/prelude.lua).
+	alivePrefix = "fairlock_lock_alive"
+	// ClientChannelPrefix + client ID is a channel each client subscribes
+	// to while it holds locks, only to hear of reconnects; nothing is
+	// published on it.
+	ClientChannelPrefix = "fairlock_client:"
+	// DescriptionPrefix + client ID, after the key prefix, is a client's
+	// description key (describe.lua).
+	DescriptionPrefix = "fairlock_client_info:"
+)
+
+// Keys holds every key and channel name derived from one lock name.
+type Keys struct {
+	Hash     string // the lock hash: the (prefixed) name itself
+	Queue    string // Redisson's FIFO list of waiting owners
+	Timeouts string // Redisson's zset of waiter deadlines
+	Alive    string // fairlock's zset of waiter liveness deadlines
+	Token    string // the fencing-token counter
+	Channel  string // per-owner channels are Channel + ":" + owner field
+	Latch    string // unlock latches are Latch + ":" + request ID
+}
+
+// prefixName is Redisson's prefixName: "p:name" when name already carries a
+// "{", else "p:{name}".
+func prefixName(p, name string) string {
+	if strings.Contains(name, "{") {
+		return p + ":" + name
+	}
+	return p + ":{" + name + "}"
+}
+
+// Derive returns the keys of the lock called name (after the key prefix),
+// and false when they would not share one cluster slot (an empty name, an
+// empty or unbalanced hash tag).
+func Derive(name string) (Keys, bool) {
+	if name == "" {
+		return Keys{}, false
+	}
+	k := Keys{
+		Hash:     name,
+		Queue:    prefixName(queuePrefix, name),
+		Timeouts: prefixName(timeoutPrefix, name),
+		Alive:    prefixName(alivePrefix, name),
+		Token:    prefixName(tokenPrefix, name),
+		Channel:  prefixName(channelPrefix, name),
+		Latch:    prefixName(latchPrefix, name),
+	}
+	// The derived names all share the queue's hash tag by construction
+	// (fixed prefixes without braces), so comparing two slots is enough.
+	return k, Slot(k.Hash) == Slot(k.Queue)
+}
+
+// Script returns the five keys every lock script takes, in this order:
+// lock hash, queue, Redisson timeouts, fairlock liveness, token counter.
+func (k Keys) Script() []string {
+	return []string{k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token}
+}
+
+// OwnerChannel is owner's wake-up channel.
+func (k Keys) OwnerChannel(owner string) string { return k.Channel + ":" + owner }
+
+// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the hash
+// tag - the part between the first "{" and the next "}" when non-empty -
+// or of the whole key, modulo 16384.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) & 16383
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,52 @@
+package wire
+
+import "testing"
+
+func TestSlotKnownValues(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	cases := map[string]uint16{
+		"123456789":             12739, // CRC16/XMODEM check value 0x31C3
+		"foo":                   12182,
+		"{user1000}.following":  Slot("user1000"),
+		"foo{}{bar}":            Slot("foo{}{bar}"),
+		"foo{{bar}}zap":         Slot("{bar"),
+		"foo{bar}{zap}":         Slot("bar"),
+		"redisson_lock_queue:x": Slot("redisson_lock_queue:x"),
+	}
+	for key, want := range cases {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+func TestDeriveRedissonNames(t *testing.T) {
+	k, ok := Derive("orders")
+	if !ok {
+		t.Fatal("plain name rejected")
+	}
+	want := Keys{
+		Hash:     "orders",
+		Queue:    "redisson_lock_queue:{orders}",
+		Timeouts: "redisson_lock_timeout:{orders}",
+		Alive:    "fairlock_lock_alive:{orders}",
+		Token:    "redisson_lock_token:{orders}",
+		Channel:  "redisson_lock__channel:{orders}",
+		Latch:    "redisson_unlock_latch:{orders}",
+	}
+	if k != want {
+		t.Errorf("Derive(orders) = %+v, want %+v", k, want)
+	}
+	if got := k.OwnerChannel("c:1"); got != "redisson_lock__channel:{orders}:c:1" {
+		t.Errorf("OwnerChannel = %q", got)
+	}
+	k, ok = Derive("{tenant}.orders")
+	if !ok || k.Queue != "redisson_lock_queue:{tenant}.orders" {
+		t.Errorf("tagged name: %+v, %v", k, ok)
+	}
+	for _, bad := range []string{"", "a{}b", "a{b"} {
+		if _, ok := Derive(bad); ok {
+			t.Errorf("Derive(%q) accepted a name whose keys do not share a slot", bad)
+		}
+	}
+}

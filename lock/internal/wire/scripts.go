@@ -1,0 +1,100 @@
+// Package wire is fairlock's whole contract with the server: the Lua
+// scripts, the keys and arguments each takes (built from named fields),
+// the typed decoding of every reply, the wake-up message grammar, and the
+// plain reads that stand in for inspect.lua on the client-side cache. No
+// other package knows a script's KEYS or ARGV order or a reply's shape.
+//
+// Every lock script is scripts/prelude.lua (server time, dead-head purge,
+// wake-ups, hand-over) followed by its own body; each body starts with a
+// comment listing its KEYS and ARGV and its reply.
+package wire
+
+import (
+	_ "embed"
+	"strconv"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/unlock.lua
+	unlockLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
+	//go:embed scripts/renew.lua
+	renewLua string
+	//go:embed scripts/force_unlock.lua
+	forceUnlockLua string
+	//go:embed scripts/delete.lua
+	deleteLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
+	//go:embed scripts/prune.lua
+	pruneLua string
+	//go:embed scripts/describe.lua
+	describeLua string
+	//go:embed scripts/read_description.lua
+	readDescriptionLua string
+)
+
+// Scripts is every script fairlock runs, built once per client (no
+// package-level mutable state).
+type Scripts struct {
+	acquire, unlock, leave, renew, forceUnlock, deleteLock, inspect, prune *backend.Script
+	describe, readDescription                                            *backend.Script
+}
+
+// NewScripts builds the script set.
+func NewScripts() *Scripts {
+	lock := func(name, body string) *backend.Script {
+		return backend.NewScript(name, preludeLua+"\n"+body)
+	}
+	return &Scripts{
+		acquire:         lock("acquire", acquireLua),
+		unlock:          lock("unlock", unlockLua),
+		leave:           lock("leave", leaveLua),
+		renew:           lock("renew", renewLua),
+		forceUnlock:     lock("force_unlock", forceUnlockLua),
+		deleteLock:      lock("delete", deleteLua),
+		inspect:         lock("inspect", inspectLua),
+		prune:           lock("prune", pruneLua),
+		describe:        backend.NewScript("describe", describeLua),
+		readDescription: backend.NewScript("read_description", readDescriptionLua),
+	}
+}
+
+// ms formats d as whole milliseconds, the unit of the scripts' arguments.
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// View is what the client knows of its owner's hold: the token and count
+// of the live hold, zero when it knows none. The scripts compare it with
+// the server's state so that a retried request never applies twice and a
+// leftover the client has ended is never re-entered.
+type View struct {
+	Token int64
+	Count int
+}
+
+func (v View) args() []string { return []string{itoa(v.Token), strconv.Itoa(v.Count)} }
+
+// Wake says how the scripts wake a waiter: the lock's channel prefix
+// (Keys.Channel) and the publish commands ("publish", or
+// "publish,spublish").
+type Wake struct {
+	ChannelPrefix string
+	Publish       string
+}
