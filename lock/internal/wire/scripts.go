@@ -46,7 +46,7 @@ var (
 // package-level mutable state).
 type Scripts struct {
 	acquire, unlock, leave, renew, forceUnlock, deleteLock, inspect, prune *backend.Script
-	describe, readDescription                                            *backend.Script
+	describe, readDescription                                              *backend.Script
 }
 
 // NewScripts builds the script set.
