@@ -101,8 +101,11 @@ func (c *Client) ID() string { return c.id }
 
 // NewMutex returns the Mutex for lock name, acting for a new owner unless
 // WithOwnerID says otherwise. It checks the name (ErrInvalidName) and sends
-// nothing to Redis.
+// nothing to Redis. After Close it returns ErrClosed.
 func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
+	if c.isClosed() {
+		return nil, fmt.Errorf("lock %q: %w", name, ErrClosed)
+	}
 	var mc mutexConfig
 	for _, o := range opts {
 		if o == nil {

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -213,7 +212,7 @@ func (o *ownerIndex) setDescriptions(replies []backend.Reply) error {
 			errs = append(errs, fmt.Errorf("%w: read_description: %v", ErrUnexpectedReply, rep))
 		}
 	}
-	return errors.Join(errs...)
+	return joinLine(errs...)
 }
 
 // fill sets the Kind and Description of st's holders and waiters.

@@ -1,6 +1,9 @@
 package lock
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Sentinel errors. Every error the package returns wraps one of these (or a
 // context error, or a backend error) with the lock name and owner; test
@@ -19,8 +22,15 @@ var (
 	// ErrNilContext: a nil context was passed. Nothing was sent to Redis.
 	ErrNilContext = errors.New("lock: nil context")
 	// ErrNotAcquired: TryLock's wait ran out, or TryLockOnce found the lock
-	// taken or others queued. The owner is not left in the queue.
+	// taken or others queued: the lock is busy. The owner is not left in
+	// the queue.
 	ErrNotAcquired = errors.New("lock: not acquired")
+	// ErrUnavailable: the server could not be reached, or could not
+	// answer yet (loading, failing over), on the call's last attempt, so
+	// the call could not tell whether the lock is busy. The error also
+	// wraps the last connection error. A TryLock whose wait ran out that
+	// way returns it instead of ErrNotAcquired.
+	ErrUnavailable = errors.New("lock: server unavailable")
 	// ErrNotHeld: Unlock by an owner that does not hold the lock. Nothing
 	// was changed.
 	ErrNotHeld = errors.New("lock: not held by this owner")
@@ -45,3 +55,48 @@ var (
 	// cannot happen; a misbehaving backend can).
 	ErrUnexpectedReply = errors.New("lock: unexpected reply")
 )
+
+// lineError is several errors in one line, each usable with errors.Is
+// and errors.As: errors.Join would put each on a line of its own, which
+// breaks one-line logs.
+type lineError struct{ errs []error }
+
+// joinLine joins the non-nil errs as errors.Join does, on one line:
+// "a: b: c".
+func joinLine(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return &lineError{errs: kept}
+}
+
+func (e *lineError) Error() string {
+	var b strings.Builder
+	for i, err := range e.errs {
+		if i > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e *lineError) Unwrap() []error { return e.errs }
+
+// unavailable marks err, a transient error, as the server being
+// unavailable; other errors are returned as they are.
+func unavailable(err error) error {
+	if err == nil || !transient(err) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return joinLine(ErrUnavailable, err)
+}

@@ -82,7 +82,7 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	// server may have extended a hold the client no longer counts.
 	m.giveBackAll(ctx, view, h.leaseNow())
 	if err != nil {
-		return m.errorf(errors.Join(h.Err(), err))
+		return m.errorf(joinLine(h.Err(), err))
 	}
 	return m.errorf(h.Err())
 }

@@ -161,21 +161,37 @@ func acquireOutcome(err error, count int) Outcome {
 	return OutcomeError
 }
 
-// waitErr turns a failed wait into the error the caller sees: ErrNotAcquired
-// when TryLock's own wait ran out, the caller's context error (with the
-// last transient error, if any) when that ended, else err.
+// waitErr turns a failed wait into the error the caller sees: the
+// caller's context error (with the last connection error, if any) when
+// that ended; when TryLock's own wait ran out, ErrNotAcquired - or
+// ErrUnavailable with the last connection error, when the last attempt
+// could not reach the server; else err, marked ErrUnavailable when it is
+// a connection error.
 func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 	switch {
 	case parent.Err() != nil && errors.Is(err, parent.Err()):
 		return m.errorf(err)
 	case parent.Err() != nil:
-		return m.errorf(errors.Join(parent.Err(), err))
+		return m.errorf(joinLine(parent.Err(), unavailable(err)))
+	case errors.Is(context.Cause(ctx), errWaitExpired) && errors.Is(err, ErrUnavailable):
+		return m.errorf(fmt.Errorf("%w (wait ran out)", lastCause(err)))
 	case errors.Is(context.Cause(ctx), errWaitExpired):
 		return m.errorf(ErrNotAcquired)
 	case m.c.isClosed() && !errors.Is(err, ErrClosed):
-		return m.errorf(errors.Join(ErrClosed, err))
+		return m.errorf(joinLine(ErrClosed, err))
 	}
-	return m.errorf(err)
+	return m.errorf(unavailable(err))
+}
+
+// lastCause drops the context error that a retry pause put in front of
+// the connection error: TryLock's wait running out is no context error of
+// the caller's.
+func lastCause(err error) error {
+	var le *lineError
+	if errors.As(err, &le) && len(le.errs) > 1 && (errors.Is(le.errs[0], context.DeadlineExceeded) || errors.Is(le.errs[0], context.Canceled)) {
+		return joinLine(le.errs[1:]...)
+	}
+	return err
 }
 
 func (m *Mutex) wake() wire.Wake {

@@ -247,8 +247,13 @@ type mutexConfig struct {
 // instead of a fresh one. Two Mutexes of one Client with the same name and
 // owner ID are one owner: they re-enter each other's holds. Use it to share
 // ownership across goroutines deliberately, or to mirror a Java thread ID.
+// The ID must be positive (ErrInvalidOption), as Java thread IDs and the
+// IDs NewMutex picks are.
 func WithOwnerID(id int64) MutexOption {
 	return func(c *mutexConfig) error {
+		if id <= 0 {
+			return fmt.Errorf("%w: owner ID %d is not positive", ErrInvalidOption, id)
+		}
 		c.ownerID, c.ownerIDSet = id, true
 		return nil
 	}

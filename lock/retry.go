@@ -40,7 +40,7 @@ func newRetrier(closing <-chan struct{}) *retrier {
 
 // pause waits the next back-off interval after the transient error err. It
 // returns ctx's error, or ErrClosed when the client closes, wrapping err
-// either way so the caller sees what kept failing.
+// (and ErrUnavailable) either way so the caller sees what kept failing.
 func (r *retrier) pause(ctx context.Context, err error) error {
 	r.last = err
 	t := time.NewTimer(r.b.NextBackOff())
@@ -49,9 +49,9 @@ func (r *retrier) pause(ctx context.Context, err error) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return errors.Join(ctx.Err(), err)
+		return joinLine(ctx.Err(), unavailable(err))
 	case <-r.closing:
-		return errors.Join(ErrClosed, err)
+		return joinLine(ErrClosed, unavailable(err))
 	}
 }
 

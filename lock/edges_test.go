@@ -1,0 +1,109 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock"
+)
+
+// downBackend is a server that cannot be reached: every request fails as
+// a refused connection does.
+type downBackend struct{}
+
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+func (downBackend) Eval(context.Context, *backend.Script, []string, []string) (backend.Reply, error) {
+	return backend.Reply{}, errRefused
+}
+
+func (downBackend) EvalBatch(_ context.Context, calls []backend.Call) []backend.Result {
+	out := make([]backend.Result, len(calls))
+	for i := range out {
+		out[i].Err = errRefused
+	}
+	return out
+}
+
+func (downBackend) Subscribe(context.Context, string) (*backend.Subscription, error) {
+	return nil, errRefused
+}
+
+func (downBackend) Close() error { return nil }
+
+func downMutex(t *testing.T) *lock.Mutex {
+	t.Helper()
+	c, err := lock.NewClient(downBackend{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	m, err := c.NewMutex("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestTryLock_ServerDownIsNotBusy: a TryLock whose attempts could not
+// reach the server says so (ErrUnavailable, with the connection error),
+// and is told apart from a busy lock: no ErrNotAcquired, and no context
+// error the caller did not cause. Its message is one line.
+func TestTryLock_ServerDownIsNotBusy(t *testing.T) {
+	m := downMutex(t)
+	_, err := m.TryLock(context.Background(), 50*time.Millisecond, lock.WatchdogLease)
+	switch {
+	case !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED):
+		t.Fatalf("TryLock = %v, want ErrUnavailable wrapping the refused connection", err)
+	case errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("TryLock = %v: says busy or a context error", err)
+	case strings.Contains(err.Error(), "\n"):
+		t.Fatalf("TryLock error spans lines: %q", err)
+	}
+	_, err = m.TryLockOnce(context.Background(), time.Second)
+	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLockOnce = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestLock_ServerDownCallerDeadline: Lock rides through a server that is
+// down until the caller's context ends, then returns one line wrapping
+// the context error, ErrUnavailable and the connection error.
+func TestLock_ServerDownCallerDeadline(t *testing.T) {
+	m := downMutex(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := m.Lock(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Lock = %v, want the deadline, ErrUnavailable and the connection error", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Lock error spans lines: %q", err)
+	}
+}
+
+// TestAPIEdges: the edges a new user meets get clear errors.
+func TestAPIEdges(t *testing.T) {
+	c, err := lock.NewClient(downBackend{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{0, -1} {
+		if _, err := c.NewMutex("orders", lock.WithOwnerID(id)); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Errorf("WithOwnerID(%d): %v, want ErrInvalidOption", id, err)
+		}
+	}
+	if _, err := c.NewMutex("orders", lock.WithOwnerID(7)); err != nil {
+		t.Errorf("WithOwnerID(7): %v", err)
+	}
+	c.Close()
+	if _, err := c.NewMutex("orders"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("NewMutex after Close: %v, want ErrClosed", err)
+	}
+}
