@@ -27,9 +27,9 @@ type Client struct {
 	noKeyWatch atomic.Bool // the backend said it cannot watch keys
 
 	mu     sync.Mutex
-	owners map[string]*ownerState // owners with a call in flight or a live hold
-	holds  map[*Hold]holdRef      // live holds, for the watchdog
-	parked int                    // owners with a parked subscription (park.go)
+	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
+	holds  map[*Hold]holdRef // live holds, for the watchdog
+	parked int               // owners with a parked subscription (park.go)
 	closed bool
 
 	kick        chan struct{}   // tells listenReconnects a hold started
@@ -42,10 +42,10 @@ type Client struct {
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
-// owner field) and owner state.
+// owner field) and owner.
 type holdRef struct {
 	m *Mutex
-	o *ownerState
+	o *owner
 }
 
 // NewClient returns a Client that talks to Redis through b. Defaults: lease
@@ -78,7 +78,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		id:          id,
 		cfg:         cfg,
 		scripts:     wire.NewScripts(),
-		owners:      make(map[string]*ownerState),
+		owners:      make(map[string]*entry),
 		holds:       make(map[*Hold]holdRef),
 		kick:        make(chan struct{}, 1),
 		reconnected: make(chan struct{}, 1),
@@ -162,8 +162,8 @@ func (c *Client) Close() error {
 	holds := c.holds
 	c.holds = make(map[*Hold]holdRef)
 	c.mu.Unlock()
-	for h := range holds {
-		h.end(ErrClosed)
+	for h, ref := range holds {
+		ref.o.end(h, ErrClosed)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (c *Client) isClosed() bool {
 // Close, and the hold's own error when the hold has ended already (its
 // deadline passed before the grant's reply was applied): an ended hold is
 // never tracked, so nothing keeps it.
-func (c *Client) track(h *Hold, m *Mutex, o *ownerState) error {
+func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -206,7 +206,7 @@ func (c *Client) track(h *Hold, m *Mutex, o *ownerState) error {
 		return err
 	}
 	c.holds[h] = holdRef{m: m, o: o}
-	o.refs++
+	c.owners[o.key].refs++
 	select {
 	case c.kick <- struct{}{}:
 	default:

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -61,26 +60,26 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	}
 	defer o.exit()
 
-	view, err := h.extension(o)
+	call, view, err := o.extension(h)
 	if err != nil {
 		return m.errorf(err)
 	}
-	call := wire.Renew{Owner: m.field, Lease: lease, Token: view.Token, HoldLease: h.leaseNow(), Wake: m.wake()}
+	call.Owner, call.Lease, call.Wake = m.field, lease, m.wake()
 	got, sent, err := m.sendExtend(ctx, h, call)
 	switch {
 	case err == nil && got == wire.RenewLost:
-		h.end(fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
+		o.end(h, fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return m.errorf(h.Err())
-	case err == nil && h.renewed(sent, got.Credit(call)):
+	case err == nil && o.renewed(h, call, got, sent):
 		return nil
-	case h.live():
+	case h.Err() == nil:
 		// Outcome unknown: the server may have extended the hold, which
 		// only makes it last longer than the client's deadline says.
 		return m.errorf(err)
 	}
 	// h ended (its deadline passed) while the request was in flight: the
 	// server may have extended a hold the client no longer counts.
-	m.giveBackAll(ctx, view, h.leaseNow())
+	m.giveBackAll(ctx, view, call.HoldLease)
 	if err != nil {
 		return m.errorf(joinLine(h.Err(), err))
 	}
@@ -101,7 +100,7 @@ func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.
 			got, err := wire.DecodeRenew(rep)
 			return got, sent, err
 		}
-		if !transient(err) || ctx.Err() != nil || !h.live() {
+		if !transient(err) || ctx.Err() != nil || h.Err() != nil {
 			return wire.RenewLost, sent, err
 		}
 		if err := retry.pause(ctx, err); err != nil {
@@ -124,24 +123,4 @@ func (m *Mutex) giveBackAll(ctx context.Context, view wire.View, lease time.Dura
 		}
 		view.Count = left
 	}
-}
-
-// extension returns the view Extend sends for h, or why h cannot be
-// extended: it has ended, it is not owner o's live hold, or the watchdog
-// renews it. The caller holds o's gate.
-func (h *Hold) extension(o *ownerState) (wire.View, error) {
-	current := o.current() == h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case errors.Is(h.err, ErrReleased):
-		return wire.View{}, fmt.Errorf("%w: %w", ErrNotHeld, h.err)
-	case h.err != nil:
-		return wire.View{}, h.err
-	case !current:
-		return wire.View{}, fmt.Errorf("%w: the hold is another owner's", ErrNotHeld)
-	case h.watchdog:
-		return wire.View{}, ErrWatchdogHold
-	}
-	return wire.View{Token: h.token, Count: h.count}, nil
 }

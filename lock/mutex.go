@@ -87,7 +87,7 @@ func (m *Mutex) TryLockOnce(ctx context.Context, lease time.Duration) (*Hold, er
 // errWaitExpired is the cause of TryLock's wait budget running out.
 var errWaitExpired = errors.New("wait expired")
 
-func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (_ *Hold, err error) {
+func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (*Hold, error) {
 	if ctx == nil {
 		return nil, m.errorf(ErrNilContext)
 	}
@@ -105,24 +105,46 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		return nil, m.errorf(err)
 	}
 	defer end()
-
-	start := time.Now()
-	var (
-		tr     AcquireTracker
-		result AcquireResult
-	)
-	if obs := m.c.cfg.observer; obs != nil {
-		ctx, tr = obs.StartAcquire(ctx, m.call(op))
-		defer func() {
-			result.Wait = time.Since(start)
-			result.Err = err
-			result.Outcome = acquireOutcome(err, result.HoldCount)
-			tr.End(result)
-		}()
+	var result AcquireResult
+	ctx, tr := m.observeAcquire(ctx, op, &result)
+	h, err := m.wait(ctx, op == OpTryLockOnce, wait, lease, watchdog, tr, &result)
+	if tr != nil {
+		result.Err = err
+		result.Outcome = acquireOutcome(err, result.HoldCount)
+		tr.End(result)
 	}
+	return h, err
+}
+
+// observeAcquire tells the observer, if any, of an acquire call starting,
+// and starts result's clock.
+func (m *Mutex) observeAcquire(ctx context.Context, op Op, result *AcquireResult) (context.Context, AcquireTracker) {
+	obs := m.c.cfg.observer
+	if obs == nil {
+		return ctx, nil
+	}
+	start := time.Now()
+	ctx, tr := obs.StartAcquire(ctx, m.call(op))
+	return ctx, timedTracker{AcquireTracker: tr, start: start, result: result}
+}
+
+// timedTracker sets the call's wait when it ends.
+type timedTracker struct {
+	AcquireTracker
+	start  time.Time
+	result *AcquireResult
+}
+
+func (t timedTracker) End(r AcquireResult) {
+	r.Wait = time.Since(t.start)
+	t.AcquireTracker.End(r)
+}
+
+// wait runs one acquire call (once: one attempt, never queued) for at most
+// wait (0: as long as ctx lasts) and records its result.
+func (m *Mutex) wait(ctx context.Context, once bool, wait, lease time.Duration, watchdog bool, tr AcquireTracker, result *AcquireResult) (*Hold, error) {
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
-
 	parent := ctx
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -131,10 +153,10 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	}
 	cfg := &m.c.cfg
 	w := &waiter{
-		m: m, o: o, lease: lease, watchdog: watchdog, tr: tr, result: &result,
+		m: m, o: o, lease: lease, watchdog: watchdog, tr: tr, result: result,
 		retry: newRetrier(m.c.closing),
 		call: wire.Acquire{
-			Owner: m.field, Lease: lease, WaiterTimeout: cfg.waiterTimeout, Once: op == OpTryLockOnce,
+			Owner: m.field, Lease: lease, WaiterTimeout: cfg.waiterTimeout, Once: once,
 			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
 		},
 	}
@@ -142,8 +164,9 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 	if err != nil {
 		return nil, m.waitErr(parent, ctx, err)
 	}
-	view := h.view()
-	result.HoldCount, result.Token = view.Count, view.Token
+	if view := o.view(); view.Token == h.token {
+		result.HoldCount, result.Token = view.Count, view.Token
+	}
 	return h, nil
 }
 
@@ -232,6 +255,9 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 // ErrLockLost too, and the last connection error.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
+		if ctx != nil && ctx.Err() != nil {
+			m.endUnsent(ctx.Err())
+		}
 		return err
 	}
 	end, err := m.c.begin()
@@ -240,57 +266,66 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	}
 	defer end()
 	var result ReleaseResult
-	if obs := m.c.cfg.observer; obs != nil {
-		var tr ReleaseTracker
-		ctx, tr = obs.StartRelease(ctx, m.call(OpUnlock))
-		defer func() {
-			result.Err = err
-			switch {
-			case err == nil:
-				result.Outcome = OutcomeReleased
-			case errors.Is(err, ErrNotHeld):
-				result.Outcome = OutcomeNotHeld
-			default:
-				result.Outcome = OutcomeError
-			}
-			tr.End(result)
-		}()
+	ctx, tr := m.observeRelease(ctx, OpUnlock)
+	if tr != nil {
+		defer func() { tr.End(releaseResult(result, err, errors.Is(err, ErrNotHeld))) }()
 	}
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
 	if err := o.enter(ctx); err != nil {
+		m.endUnsent(err)
 		return m.errorf(err)
 	}
 	defer o.exit()
-
-	h := o.current()
-	h.releasing(true)
-	left, sent, err := m.release(ctx, h.view(), h.leaseOr(m.c.cfg.lease))
-	h.releasing(false)
+	h, view, lease := o.releasing(m.c.cfg.lease)
+	left, sent, err := m.release(ctx, view, lease)
+	if o.released(h, left, sent, err) && err == nil && left == 0 {
+		result.Held = time.Since(h.acquired)
+	}
 	switch {
 	case err != nil:
-		if h != nil {
-			h.end(fmt.Errorf("%w: unlock failed (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err))
-		}
 		return m.errorf(err)
 	case left < 0:
-		if h != nil {
-			h.end(fmt.Errorf("%w: not held when unlocking (lease ran out, force-unlocked or deleted)", ErrLockLost))
-		}
 		return m.errorf(ErrNotHeld)
 	}
 	result.HoldCount = left
-	if h == nil {
-		return nil
-	}
-	if left > 0 {
-		h.released(left, sent)
-		return nil
-	}
-	if h.end(ErrReleased) {
-		result.Held = time.Since(h.acquired)
-	}
 	return nil
+}
+
+// endUnsent ends the owner's hold, if it has a live one, for an Unlock
+// that gives up (for the reason err) before it could send its release -
+// its context had ended, or ended while it waited for its turn behind
+// another call of the owner - so that nothing renews it again and the
+// lock frees itself within the lease (X13). It needs no turn: an attempt
+// of the owner in flight meanwhile that re-enters the hold finds it ended
+// and gives its counts back.
+func (m *Mutex) endUnsent(err error) {
+	if o := m.c.lookup(m); o != nil {
+		o.endLive(fmt.Errorf("%w: unlock gave up before its release was sent (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err))
+	}
+}
+
+// observeRelease tells the observer, if any, of a release call starting.
+func (m *Mutex) observeRelease(ctx context.Context, op Op) (context.Context, ReleaseTracker) {
+	if obs := m.c.cfg.observer; obs != nil {
+		return obs.StartRelease(ctx, m.call(op))
+	}
+	return ctx, nil
+}
+
+// releaseResult completes r for the observer: released unless err, or
+// notHeld.
+func releaseResult(r ReleaseResult, err error, notHeld bool) ReleaseResult {
+	r.Err = err
+	switch {
+	case notHeld:
+		r.Outcome = OutcomeNotHeld
+	case err != nil:
+		r.Outcome = OutcomeError
+	default:
+		r.Outcome = OutcomeReleased
+	}
+	return r
 }
 
 // release runs unlock.lua for the hold view describes (the lock lives at
@@ -341,18 +376,9 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
 	}
-	if obs := m.c.cfg.observer; obs != nil {
-		var tr ReleaseTracker
-		ctx, tr = obs.StartRelease(ctx, m.call(OpForceUnlock))
-		defer func() {
-			res := ReleaseResult{Err: err, Outcome: OutcomeReleased}
-			if err != nil {
-				res.Outcome = OutcomeError
-			} else if !released {
-				res.Outcome = OutcomeNotHeld
-			}
-			tr.End(res)
-		}()
+	ctx, tr := m.observeRelease(ctx, OpForceUnlock)
+	if tr != nil {
+		defer func() { tr.End(releaseResult(ReleaseResult{}, err, err == nil && !released)) }()
 	}
 	n, err := m.evict(ctx, wire.Evict{Wake: m.wake()}, "force-unlocked")
 	return n == 1, err
@@ -396,9 +422,7 @@ func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, err
 	if err != nil {
 		return 0, m.errorf(err)
 	}
-	if prev != nil {
-		prev.end(fmt.Errorf("%w: lock %s", ErrLockLost, how))
-	}
+	o.end(prev, fmt.Errorf("%w: lock %s", ErrLockLost, how))
 	return n, nil
 }
 

@@ -28,11 +28,12 @@ type parkedSub struct {
 // A message still in flight from before can arrive later; waiters treat
 // every wake-up as "check again", and ignore grants older than their own
 // latest attempt (adopt).
-func (c *Client) takeParked(o *ownerState) *backend.Subscription {
+func (c *Client) takeParked(o *owner) *backend.Subscription {
 	c.mu.Lock()
-	p := o.parked
+	e := c.owners[o.key]
+	p := e.parked
 	if p != nil {
-		o.parked = nil
+		e.parked = nil
 		c.parked--
 		c.releaseLocked(o)
 	}
@@ -51,16 +52,17 @@ func (c *Client) takeParked(o *ownerState) *backend.Subscription {
 // park keeps sub, whose wait has ended, for o's next wait, or closes it
 // when o has one parked already, too many owners do, or the client is
 // closed.
-func (c *Client) park(o *ownerState, sub *backend.Subscription) {
+func (c *Client) park(o *owner, sub *backend.Subscription) {
 	c.mu.Lock()
-	if c.closed || o.parked != nil || c.parked >= maxParked {
+	e := c.owners[o.key]
+	if c.closed || e.parked != nil || c.parked >= maxParked {
 		c.mu.Unlock()
 		sub.Close()
 		return
 	}
 	p := &parkedSub{sub: sub, taken: make(chan struct{})}
-	o.parked = p
-	o.refs++ // the registry keeps o while its subscription is parked
+	e.parked = p
+	e.refs++ // the registry keeps o while its subscription is parked
 	c.parked++
 	c.wg.Add(1)
 	c.mu.Unlock()
@@ -69,7 +71,7 @@ func (c *Client) park(o *ownerState, sub *backend.Subscription) {
 
 // linger closes p after subscriptionLinger, or when the client closes,
 // unless a waiter takes it back first.
-func (c *Client) linger(o *ownerState, p *parkedSub) {
+func (c *Client) linger(o *owner, p *parkedSub) {
 	defer c.wg.Done()
 	t := time.NewTimer(subscriptionLinger)
 	defer t.Stop()
@@ -80,9 +82,10 @@ func (c *Client) linger(o *ownerState, p *parkedSub) {
 		return
 	}
 	c.mu.Lock()
-	mine := o.parked == p
+	e := c.owners[o.key]
+	mine := e != nil && e.parked == p
 	if mine {
-		o.parked = nil
+		e.parked = nil
 		c.parked--
 		c.releaseLocked(o)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -24,7 +22,7 @@ const attemptTimeout = 5 * time.Second
 // and its single way out.
 type waiter struct {
 	m        *Mutex
-	o        *ownerState
+	o        *owner
 	call     wire.Acquire // view is filled in for each attempt
 	lease    time.Duration
 	watchdog bool
@@ -45,7 +43,7 @@ type waiter struct {
 func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	c := w.m.c
 	if !w.call.Once {
-		c.startWaiting(w.o)
+		w.o.startWaiting()
 		w.sub = c.takeParked(w.o)
 	}
 	h, err := w.loop(ctx)
@@ -56,7 +54,7 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	if !w.call.Once && c.stopWaiting(w.o) && (err != nil || w.o.queued.Load()) {
+	if !w.call.Once && w.o.stopWaiting(err != nil) {
 		// The owner's last waiting call leaves the queue it shares with
 		// the others (X5), also when it got the lock but another call left
 		// the owner marked queued after that (an attempt of unknown
@@ -95,7 +93,7 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 		if err != nil {
 			return nil, err
 		}
-		if g.token > 0 {
+		if g.Kind == wire.Grant {
 			if h := w.adopt(ctx, g); h != nil {
 				return h, nil
 			}
@@ -114,21 +112,20 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 	}
 	defer w.o.exit()
 	for {
-		w.call.View = w.o.current().view()
+		w.call.View = w.o.view()
 		sent := time.Now()
 		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
-		if err == nil {
-			if !r.Acquired {
-				w.lastAck, w.ackedAt = sent, r.Now
-				if !w.call.Once {
-					w.o.queued.Store(true)
-				}
-				return r, nil, nil
-			}
+		switch {
+		case err == nil && r.Acquired:
 			h, err := w.grant(ctx, r, sent)
 			return r, h, err
-		}
-		if transient(err) && !w.call.Once && ctx.Err() == nil {
+		case err == nil:
+			w.lastAck, w.ackedAt = sent, r.Now
+			if !w.call.Once {
+				w.o.queuedBy()
+			}
+			return r, nil, nil
+		case transient(err) && !w.call.Once && ctx.Err() == nil:
 			if err = w.retry.pause(ctx, err); err == nil {
 				continue
 			}
@@ -139,40 +136,31 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 }
 
 // grant applies a granted attempt sent at sent: the live hold re-entered,
-// or a new hold.
+// or a new hold, handed to the watchdog. What the owner cannot keep - a
+// re-entry of a hold that ended while the attempt was in flight, a grant
+// slower than its lease, a grant after Close - is given back. The caller
+// holds the gate.
 func (w *waiter) grant(ctx context.Context, r wire.AcquireReply, sent time.Time) (*Hold, error) {
-	if live := w.o.current(); live != nil {
-		if live.token == r.Token {
-			live.reentered(r.Count, sent, w.lease, w.watchdog)
-			return live, nil
-		}
-		// The server replaced it (it had ended there: lease ran out or
-		// forced), so the client's hold was already lost.
-		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
+	live := w.o.current()
+	h, err := w.o.granted(r, sent, w.call.View, w.lease, w.watchdog)
+	switch {
+	case errors.Is(err, errEndedReentry):
+		// The client has told the hold's holders it is over and renews
+		// it no more (X13): every count of it goes back.
+		w.m.giveBackAll(ctx, wire.View{Token: r.Token, Count: r.Count}, w.lease)
+		return nil, err
+	case err != nil:
+		w.undo(ctx, wire.View{})
+		return nil, err
+	case h == live:
+		return h, nil
 	}
-	h := newHold(r.Token, r.Count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
-	if err := w.start(ctx, h); err != nil {
+	if err := w.m.c.track(h, w.m, w.o); err != nil {
+		w.o.end(h, err)
+		w.undo(ctx, wire.View{})
 		return nil, err
 	}
 	return h, nil
-}
-
-// start makes h the owner's hold and hands it to the watchdog. After Close,
-// or when the hold's deadline passed before its grant could be applied (a
-// reply slower than the lease), it gives the grant back, so nobody waits
-// for a lease that no one will release, and returns why. The caller holds
-// the gate.
-func (w *waiter) start(ctx context.Context, h *Hold) error {
-	w.o.spend(h.token)
-	h.endIfOverdue()
-	if err := w.m.c.track(h, w.m, w.o); err != nil {
-		h.end(err)
-		w.undo(ctx, wire.View{})
-		return err
-	}
-	w.o.queued.Store(false) // the grant took the owner out of the queue
-	w.o.hold = h
-	return nil
 }
 
 // adopt takes up a hand-over grant announced on the owner's channel (one
@@ -183,39 +171,32 @@ func (w *waiter) start(ctx context.Context, h *Hold) error {
 // grant ran after that attempt was sent (lastAck), and lasts until the
 // liveness deadline the attempt set, a waiter timeout after it ran; so the
 // hold's deadline is lastAck plus the waiter timeout (or the lease, if
-// shorter) - when less than a third of that is left, an attempt takes the
-// grant up instead - and a renewal takes the grant up, extending it to the
-// lease, once a third of that has passed (unless the hold ended sooner). It returns nil - and the caller attempts as usual - when the
-// grant is not for this call, the owner holds already (another
-// goroutine of the owner took the grant up, or an attempt did), another
-// call of the owner has taken that grant up or given it back already (it
-// is spent), or grants must be acknowledged by replicas (X9: only an
-// attempt, sent with WAIT, takes them up).
-func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
+// shorter), and a renewal takes the grant up, extending it to the lease,
+// once a third of that has passed (unless the hold ended sooner). It
+// returns nil - and the caller attempts as usual - when the grant is not
+// for this call, the owner cannot take it (owner.adopt), or grants must
+// be acknowledged by replicas (X9: only an attempt, sent with WAIT, takes
+// them up).
+func (w *waiter) adopt(ctx context.Context, g wire.Message) *Hold {
 	c := w.m.c
-	if c.cfg.replicas > 0 || w.lastAck.IsZero() || g.at <= w.ackedAt || w.o.enter(ctx) != nil {
+	if c.cfg.replicas > 0 || w.lastAck.IsZero() || g.At <= w.ackedAt || w.o.enter(ctx) != nil {
 		return nil
 	}
-	token := g.token
 	defer w.o.exit()
-	if w.o.current() != nil || w.o.spent(token) {
-		return nil
-	}
 	firm := min(w.lease, c.cfg.waiterTimeout)
-	if time.Until(w.lastAck.Add(firm)) < firm/3 {
-		// Too late to trust the grant's first deadline: an attempt takes it
-		// up with a fresh acknowledgement instead.
+	h := w.o.adopt(g.Token, w.lastAck, firm, w.lease, w.watchdog)
+	if h == nil {
 		return nil
 	}
-	h := newHold(token, 1, w.lastAck, firm, w.lease, w.watchdog, w.m.holdEnded)
-	h.unconfirmed = true
-	if w.start(ctx, h) != nil {
+	if err := c.track(h, w.m, w.o); err != nil {
+		w.o.end(h, err)
+		w.undo(ctx, wire.View{})
 		return nil
 	}
 	// Renewed to the lease by a third of the firm deadline, so a renewal
 	// has two thirds of it to get through.
 	c.confirm(h, w.lastAck.Add(firm/3))
-	w.result.HoldCount, w.result.Token = 1, token
+	w.result.HoldCount, w.result.Token = 1, g.Token
 	return h
 }
 
@@ -230,14 +211,12 @@ func (w *waiter) adopt(ctx context.Context, g grantMessage) *Hold {
 // owner's last waiting call, if it ends first, leaves the queue and gives
 // the grant back (the owner counts as queued). The caller holds the gate.
 func (w *waiter) undo(ctx context.Context, view wire.View) {
-	if view.Count == 0 && w.m.c.waitingOthers(w.o, !w.call.Once) {
-		w.o.queued.Store(true)
+	if view.Count == 0 && w.o.othersWaiting(!w.call.Once) {
+		w.o.queuedBy()
 		return
 	}
 	if err := w.giveBack(ctx, view); err != nil {
-		if live := w.o.current(); live != nil {
-			live.end(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
-		}
+		w.o.endLive(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
 	}
 }
 
@@ -247,17 +226,13 @@ func (w *waiter) undo(ctx context.Context, view wire.View) {
 // gate.
 func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
 	left, err := w.m.leaveQueue(ctx, view.Token)
-	if err == nil {
-		// Out of the queue, and every grant this owner had until now is
-		// taken up or given back: a message announcing one is stale for
-		// its other calls.
-		w.o.queued.Store(false)
-		w.o.spend(left.Held.Token)
+	if err != nil {
+		return err
 	}
-	if err == nil && left.Held != view && left.Held.Count > 0 {
+	if extra := w.o.left(left, view); extra.Count > 0 {
 		cctx, cancel := cleanupContext(ctx)
-		_, _, err = w.m.release(cctx, left.Held, w.lease)
-		cancel()
+		defer cancel()
+		_, _, err = w.m.release(cctx, extra, w.lease)
 	}
 	return err
 }
@@ -273,13 +248,13 @@ func (w *waiter) leave(ctx context.Context) {
 		return
 	}
 	defer w.o.exit()
-	if !w.o.queued.Load() || w.m.c.waitingOthers(w.o, false) {
+	if !w.o.mustLeave() {
 		// Not queued (a grant or a leave since), or another call of the
 		// owner started waiting meanwhile: the queue entry, and any grant
 		// on its way, are that call's now, and it leaves when it ends.
 		return
 	}
-	_ = w.giveBack(ctx, w.o.current().view())
+	_ = w.giveBack(ctx, w.o.view())
 }
 
 // subscribe subscribes to the owner's wake-up channel, riding through
@@ -329,7 +304,7 @@ func (w *waiter) notHead() {
 // trip; a head that has waited watchDelay starts watching the lock hash
 // (one try per sleep: a failed watch costs only the early wake-up).
 // Since Go 1.23 Reset also discards a tick nobody received.
-func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, error) {
+func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, error) {
 	end := time.Now().Add(max(hint, time.Millisecond))
 	tried := false
 	for {
@@ -351,13 +326,12 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, e
 		select {
 		case e := <-w.sub.Events():
 			w.woke(e)
-			if !strings.HasPrefix(e.Payload, headPrefix) {
-				return parseGrant(e.Payload), nil
+			msg := wire.ParseMessage(e.Payload)
+			if msg.Kind != wire.Head {
+				return msg, nil
 			}
-			if ttl, ok := parseHead(e.Payload); ok {
-				w.becameHead()
-				end = earliest(end, time.Now().Add(ttl))
-			}
+			w.becameHead()
+			end = earliest(end, time.Now().Add(msg.TTL))
 		case e := <-w.watch.events():
 			w.watch.stop() // fired: armed again while still the head
 			w.woke(e)
@@ -367,18 +341,18 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (grantMessage, e
 			runtime.Gosched()
 			select {
 			case e := <-w.sub.Events():
-				return parseGrant(e.Payload), nil
+				return wire.ParseMessage(e.Payload), nil
 			default:
 			}
-			return grantMessage{}, nil
+			return wire.Message{}, nil
 		case <-w.timer.C:
 			if !time.Now().Before(end) {
-				return grantMessage{}, nil
+				return wire.Message{}, nil
 			} // else the watch is due
 		case <-ctx.Done():
-			return grantMessage{}, ctx.Err()
+			return wire.Message{}, ctx.Err()
 		case <-w.m.c.closing:
-			return grantMessage{}, ErrClosed
+			return wire.Message{}, ErrClosed
 		}
 	}
 }
@@ -388,41 +362,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// headPrefix starts the message that tells a fairlock waiter it is first
-// in line behind a held lock: "head:<ms the hold has left>".
-const headPrefix = "head:"
-
-// parseHead returns the time left that a head message announced.
-func parseHead(payload string) (time.Duration, bool) {
-	rest, ok := strings.CutPrefix(payload, headPrefix)
-	ms, err := strconv.ParseInt(rest, 10, 64)
-	if !ok || err != nil || ms <= 0 {
-		return 0, false
-	}
-	return time.Duration(ms) * time.Millisecond, true
-}
-
-// grantMessage is a hand-over grant announced on an owner's channel
-// ("grant:<token>:<server µs>", hand_over in prelude.lua).
-type grantMessage struct {
-	token int64 // 0: not a grant
-	at    int64 // the server's time when it was granted, µs
-}
-
-func parseGrant(payload string) grantMessage {
-	rest, ok := strings.CutPrefix(payload, "grant:")
-	if !ok {
-		return grantMessage{}
-	}
-	t, at, ok := strings.Cut(rest, ":")
-	token, err1 := strconv.ParseInt(t, 10, 64)
-	ms, err2 := strconv.ParseInt(at, 10, 64)
-	if !ok || err1 != nil || err2 != nil || token <= 0 {
-		return grantMessage{}
-	}
-	return grantMessage{token: token, at: ms}
 }
 
 // noteQueued records the first queue position (again after being dropped

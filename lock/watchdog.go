@@ -115,6 +115,7 @@ func (c *Client) listenReconnects() {
 type renewal struct {
 	h    *Hold
 	m    *Mutex
+	o    *owner
 	call wire.Renew // lease 0: only checked
 }
 
@@ -177,12 +178,12 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 		if !tracked {
 			continue
 		}
-		call, ok := h.renewal()
+		call, ok := ref.o.renewal(h)
 		if !ok {
 			continue
 		}
 		call.Owner, call.Wake = ref.m.field, ref.m.wake()
-		batch = append(batch, renewal{h: h, m: ref.m, call: call})
+		batch = append(batch, renewal{h: h, m: ref.m, o: ref.o, call: call})
 		calls = append(calls, call.Call(c.scripts, ref.m.keys))
 	}
 	c.mu.Unlock()
@@ -210,12 +211,8 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 }
 
 func (c *Client) renewed(r renewal, sent time.Time, got wire.RenewReply, err error) {
-	switch {
-	case err == nil && got == wire.RenewLost:
-		r.h.lost(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
-	case err == nil && r.call.Lease > 0:
-		// A check (lease 0), during an Unlock, counts nothing.
-		r.h.renewed(sent, got.Credit(r.call))
+	if err == nil {
+		r.o.renewed(r.h, r.call, got, sent)
 	}
 	if r.call.Lease > 0 && c.cfg.observer != nil {
 		c.cfg.observer.Renewed(r.m.call(""), err)
