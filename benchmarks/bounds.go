@@ -47,7 +47,7 @@ func (r *report) boundNote(what, kind string) string {
 			f := r.FIFO[kind]
 			split := ""
 			if len(f) > 0 {
-				split = fmt.Sprintf(" Split at the wake-up message (lock.Observer, in the FIFO runs; %s of hand-overs had one): previous Unlock returning to the message arriving p50 %s, message to Lock returning p50 %s.",
+				split = fmt.Sprintf(" Split at the wake-up message (observe.Observer, in the FIFO runs; %s of hand-overs had one): previous Unlock returning to the message arriving p50 %s, message to Lock returning p50 %s.",
 					spreadBy(f, func(x contendedRound) float64 { return x.WokenShare }).cell(fmtPct),
 					durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P50 }).cell(fmtDur),
 					durSpread(f, func(x contendedRound) time.Duration { return x.WakeToLock.P50 }).cell(fmtDur))

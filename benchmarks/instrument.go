@@ -72,7 +72,7 @@ func (b *bench) calibrateScripts(ctx context.Context, k lockKind) (map[string]st
 		if _, err := m1.Lock(ctx); err != nil {
 			return err
 		}
-		if _, err := m2.TryLock(ctx, 5*time.Millisecond, lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+		if _, err := m2.TryLock(ctx, 5*time.Millisecond); !errors.Is(err, lock.ErrNotAcquired) {
 			return fmt.Errorf("calibration: TryLock of a held lock: %v", err)
 		}
 		time.Sleep(40 * time.Millisecond)
@@ -106,9 +106,9 @@ func (b *bench) calibrateScripts(ctx context.Context, k lockKind) (map[string]st
 		}
 		sha := e.args[1][:min(8, len(e.args[1]))]
 		switch {
-		case slices.Contains(e.args, m1.Owner().String()):
+		case slices.Contains(e.args, m1.Owner()):
 			first = append(first, sha)
-		case slices.Contains(e.args, m2.Owner().String()):
+		case slices.Contains(e.args, m2.Owner()):
 			second = append(second, sha)
 		default:
 			lastOther = sha

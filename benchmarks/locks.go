@@ -11,6 +11,7 @@ import (
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/observe"
 	"github.com/fairlock/fairlock/lockbench"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/fairlock/fairlock/valkeybackend"
@@ -95,9 +96,9 @@ type lockKind struct {
 
 // connOpts are the few things a scenario changes in a client.
 type connOpts struct {
-	small    bool          // 64 KiB connection buffers (idle waiters)
-	observer lock.Observer // fairlock only: see wakeRecorder
-	lease    time.Duration // fairlock only: the watchdog lease, when not the default
+	small    bool             // 64 KiB connection buffers (idle waiters)
+	observer observe.Observer // fairlock only: see wakeRecorder
+	lease    time.Duration    // fairlock only: the watchdog lease, when not the default
 }
 
 // client is one connection set of a lock library: each call of locker
@@ -350,7 +351,7 @@ func closeAll(clients []*client) {
 	}
 }
 
-// wakeRecorder is a lock.Observer that records each acquire call: when it
+// wakeRecorder is a observe.Observer that records each acquire call: when it
 // started, queued, was woken, and ended. It splits a hand-over into the
 // wake-up message's delivery and the client's work after it, and tells a
 // slow Lock that waited for a message from one that waited for a timer.
@@ -386,16 +387,16 @@ func (w *wakeRecorder) all() []wakeRecord {
 	return out
 }
 
-func (w *wakeRecorder) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
-	return ctx, &wakeTracker{w: w, owner: c.Owner.String(), rec: wakeRecord{start: time.Now()}}
+func (w *wakeRecorder) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
+	return ctx, &wakeTracker{w: w, owner: c.Owner, rec: wakeRecord{start: time.Now()}}
 }
 
-func (w *wakeRecorder) StartRelease(ctx context.Context, _ lock.Call) (context.Context, lock.ReleaseTracker) {
+func (w *wakeRecorder) StartRelease(ctx context.Context, _ observe.Call) (context.Context, observe.ReleaseTracker) {
 	return ctx, noRelease{}
 }
 
-func (w *wakeRecorder) HoldLost(lock.Call, int64, time.Duration, error) {}
-func (w *wakeRecorder) Renewed(lock.Call, error)                        {}
+func (w *wakeRecorder) HoldLost(observe.Call, int64, time.Duration, error) {}
+func (w *wakeRecorder) Renewed(observe.Call, error)                        {}
 
 type wakeTracker struct {
 	w     *wakeRecorder
@@ -412,7 +413,7 @@ func (t *wakeTracker) Woken(bool) {
 	t.rec.lastWake = now
 	t.rec.wakeups++
 }
-func (t *wakeTracker) End(r lock.AcquireResult) {
+func (t *wakeTracker) End(r observe.AcquireResult) {
 	t.rec.end, t.rec.position, t.rec.err = time.Now(), r.Position, r.Err
 	t.w.mu.Lock()
 	t.w.calls[t.owner] = append(t.w.calls[t.owner], t.rec)
@@ -421,4 +422,4 @@ func (t *wakeTracker) End(r lock.AcquireResult) {
 
 type noRelease struct{}
 
-func (noRelease) End(lock.ReleaseResult) {}
+func (noRelease) End(observe.ReleaseResult) {}

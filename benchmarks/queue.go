@@ -67,7 +67,7 @@ return redis.call('llen', KEYS[1])
 // queueKeep is how long injected queue keys outlive the latest deadline:
 // at least what keep_queue asks with the lock's defaults (the Redisson
 // slack plus the waiter timeout), so that it has nothing to raise.
-const queueKeep = lock.DefaultRedissonSlack + 2*lock.DefaultWaiterTimeout
+const queueKeep = (5 * time.Minute) + 2*(5*time.Second)
 
 // queueOps are the operations timed at each queue length.
 var queueOps = []string{"enqueue", "leave", leaveMiddle, "unlock", "grant"}
@@ -229,7 +229,7 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 	// (leave, not last), then F (leave).
 	gaveUp := make(chan error, 1)
 	go func() {
-		_, err := e.TryLock(ctx, 100*time.Millisecond, lock.WatchdogLease)
+		_, err := e.TryLock(ctx, 100*time.Millisecond)
 		gaveUp <- err
 	}()
 	fctx, fcancel := context.WithCancel(ctx)
@@ -278,12 +278,12 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 			continue
 		}
 		for _, m := range []*lock.Mutex{h, w, e, f} {
-			if o := m.Owner().String(); slices.Contains(x.args, o) {
+			if o := m.Owner(); slices.Contains(x.args, o) {
 				byOwner[o] = append(byOwner[o], x)
 			}
 		}
 	}
-	eCalls, fCalls, hCalls := byOwner[e.Owner().String()], byOwner[f.Owner().String()], byOwner[h.Owner().String()]
+	eCalls, fCalls, hCalls := byOwner[e.Owner()], byOwner[f.Owner()], byOwner[h.Owner()]
 	if len(eCalls) < 2 || len(fCalls) < 2 || len(hCalls) != 1 {
 		b.log("  queue %d: %d and %d calls by the leaving owners (want 2 or more), %d by the holder (want 1): sample skipped", n, len(eCalls), len(fCalls), len(hCalls))
 		return nil, 0, nil, errSampleShape
@@ -294,7 +294,7 @@ func (b *bench) queueSample(ctx context.Context, clients []*client, n int) (time
 	}
 	var grant time.Duration
 	calls := 0
-	for _, x := range byOwner[w.Owner().String()] {
+	for _, x := range byOwner[w.Owner()] {
 		if x.id > hCalls[0].id {
 			grant += x.duration
 			calls++

@@ -237,7 +237,7 @@ func (r *report) setup() {
 	r.p("6. **Idle waiters**: one holder and %s waiters on one lock, each waiter with a client of its own (all %s of them fit), for %s after all are waiting: server CPU (INFO cpu, used_cpu_sys + used_cpu_user) and this process's CPU (getrusage). Clients here use 64 KiB connection buffers instead of the default 0.5 MiB (the same for both locks).",
 		fmtInt(int64(set.IdleWaiters)), fmtInt(int64(set.IdleWaiters)), set.IdleWaitersFor)
 	r.p("")
-	r.p("Instrumented runs, kept apart from the measured ones: the FIFO runs (queue sampler, lock.Observer recording wake-ups, SLOWLOG of every command, and in the first round a CPU profile of this process) and, for fairlock, a second many-locks run with the observer.")
+	r.p("Instrumented runs, kept apart from the measured ones: the FIFO runs (queue sampler, observe.Observer recording wake-ups, SLOWLOG of every command, and in the first round a CPU profile of this process) and, for fairlock, a second many-locks run with the observer.")
 	r.p("")
 }
 
@@ -462,7 +462,7 @@ func (r *report) contended(chartPath string) {
 		if len(f) == 0 {
 			continue
 		}
-		r.p("%s hand-over split at the new holder's wake-up message (lock.Observer's Woken, in the FIFO runs, where %s of hand-overs had one): previous Unlock returning to the message p50 %s (p99 %s), message to Lock returning p50 %s (p99 %s); the FIFO runs' own hand-over p50 was %s.",
+		r.p("%s hand-over split at the new holder's wake-up message (observe.Observer's Woken, in the FIFO runs, where %s of hand-overs had one): previous Unlock returning to the message p50 %s (p99 %s), message to Lock returning p50 %s (p99 %s); the FIFO runs' own hand-over p50 was %s.",
 			k.Name, spreadBy(f, func(x contendedRound) float64 { return x.WokenShare }).cell(fmtPct),
 			durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P50 }).cell(fmtDur),
 			durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P99 }).cell(fmtDur),

@@ -149,7 +149,7 @@ type contendedRound struct {
 	FIFOViolations int `json:"fifo_violations,omitempty"`
 	FIFOSnapshots  int `json:"fifo_snapshots,omitempty"`
 	// The hand-overs of the FIFO runs split at the moment the new holder's
-	// wake-up message arrived (lock.Observer's Woken): from the previous
+	// wake-up message arrived (observe.Observer's Woken): from the previous
 	// Unlock returning to the message, and from the message to Lock
 	// returning. WokenShare is the share of hand-overs that had one.
 	ToWake     lockbench.Summary `json:"release_to_wake"`
@@ -207,7 +207,7 @@ func (b *bench) contended(ctx context.Context, k lockKind, n int, fifo bool) (co
 			if err != nil {
 				return r, err
 			}
-			lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner().String()
+			lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner()
 		}
 		stop = lockbench.SampleQueue(ctx, spy, n, time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
 )
 
 // The differential workload: one driver goroutine issues a seeded sequence
@@ -56,8 +57,8 @@ type traceOp uint8
 const (
 	traceLock          traceOp = iota // Lock with a live context
 	traceLockCancelled                // Lock with an already cancelled context (X10)
-	traceTryLock                      // TryLock(wait, WatchdogLease)
-	traceTryLockOnce                  // TryLockOnce(WatchdogLease)
+	traceTryLock                      // TryLock(wait)
+	traceTryLockOnce                  // TryLock(0): one attempt
 	traceUnlock                       // Unlock
 	traceForceUnlock                  // ForceUnlock
 	traceCancel                       // cancel the owner's waiting Lock (X5)
@@ -472,7 +473,7 @@ func newTraceRun(t *testing.T, newBackend Factory) *traceRun {
 				t.Fatalf("NewMutex: %v", err)
 			}
 			r.mus[o][l] = m
-			r.owners[m.Owner().String()] = o
+			r.owners[m.Owner()] = o
 		}
 	}
 	return r
@@ -515,7 +516,7 @@ func (r *traceRun) ctx(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.life, d)
 }
 
-func (r *traceRun) inspect(l int) lock.State {
+func (r *traceRun) inspect(l int) inspect.State {
 	r.t.Helper()
 	ctx, cancel := r.ctx(eventually)
 	defer cancel()
@@ -534,7 +535,7 @@ func (r *traceRun) owner(field string) string {
 }
 
 // holder returns the index of the single holder in st, or -1.
-func (r *traceRun) holder(st lock.State) int {
+func (r *traceRun) holder(st inspect.State) int {
 	if len(st.Holders) != 1 {
 		return -1
 	}
@@ -544,7 +545,7 @@ func (r *traceRun) holder(st lock.State) int {
 	return -1
 }
 
-func (r *traceRun) state(l int, st lock.State) string {
+func (r *traceRun) state(l int, st inspect.State) string {
 	var holders, queue []string
 	for _, h := range st.Holders {
 		holders = append(holders, fmt.Sprintf("%sx%d", r.owner(h.Owner), h.Count))
@@ -602,12 +603,12 @@ func (r *traceRun) run(s traceStep) string {
 	case traceTryLock:
 		ctx, cancel := r.ctx(traceLongWait)
 		defer cancel()
-		h, err := m.TryLock(ctx, s.wait, lock.WatchdogLease)
+		h, err := m.TryLock(ctx, s.wait)
 		return r.acquired(s.owner, s.lock, traceAcq{h, err})
 	case traceTryLockOnce:
 		ctx, cancel := r.ctx(traceLongWait)
 		defer cancel()
-		h, err := m.TryLockOnce(ctx, lock.WatchdogLease)
+		h, err := m.TryLock(ctx, 0)
 		return r.acquired(s.owner, s.lock, traceAcq{h, err})
 	case traceUnlock:
 		ctx, cancel := r.ctx(eventually)
@@ -633,7 +634,7 @@ func (r *traceRun) run(s traceStep) string {
 			return "no waiting Lock to cancel"
 		}
 		r.wait[s.owner][s.lock] = nil
-		r.quiet(m.Owner().String())
+		r.quiet(m.Owner())
 		w.cancel()
 		return r.awaitWaiter(s.owner, s.lock, w)
 	}
@@ -652,7 +653,7 @@ func (r *traceRun) lock(o, l int) string {
 		h, err := m.Lock(ctx)
 		w.ch <- traceAcq{h, err}
 	}()
-	field := m.Owner().String()
+	field := m.Owner()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(eventually)
@@ -664,7 +665,7 @@ func (r *traceRun) lock(o, l int) string {
 		default:
 		}
 		st := r.inspect(l)
-		if i := slices.IndexFunc(st.Queue, func(w lock.Waiter) bool { return w.Owner == field }); i >= 0 {
+		if i := slices.IndexFunc(st.Queue, func(w inspect.Waiter) bool { return w.Owner == field }); i >= 0 {
 			r.wait[o][l] = w
 			return traceQueued(i + 1)
 		}
@@ -702,7 +703,7 @@ func (r *traceRun) awaitWaiter(o, l int, w *traceWaiter) string {
 // settle waits until lock l is not free while owners wait (a woken head
 // takes the lock), then collects the waiting Lock the step handed the lock
 // to. It returns the state read last and the grants, as "oN <result>".
-func (r *traceRun) settle(l int) (lock.State, []string) {
+func (r *traceRun) settle(l int) (inspect.State, []string) {
 	var grants []string
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

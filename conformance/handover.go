@@ -120,7 +120,7 @@ func fakeGrantIgnored(t *testing.T, holder *lock.Mutex, wp *proc, waiter *lock.M
 	ch := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, holder, 1)
 	settled(t, wp)
-	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", waiter.Key(), waiter.Owner())
+	channel := fmt.Sprintf("redisson_lock__channel:{%s}:%s", waiter.Keys()[0], waiter.Owner())
 	evalRaw(t, wp.b, src, []string{channel}, payload)
 	select {
 	case r := <-ch:
@@ -152,7 +152,7 @@ func testB6HandedOverLease(t *testing.T, s *suite) {
 		np := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(30*time.Second)))
 		next := np.mutex(t, name)
 		mustLock(t, holder)
-		ch := goAcquire(func() (*lock.Hold, error) { return waiter.TryLock(ctxFor(t, eventually), eventually, lease) })
+		ch := goAcquire(func() (*lock.Hold, error) { return waiter.TryLockWithLease(ctxFor(t, eventually), eventually, lease) })
 		waitQueued(t, holder, 1)
 		settled(t, wp)
 		nch := goAcquire(func() (*lock.Hold, error) { return next.Lock(ctxFor(t, 30*time.Second)) })

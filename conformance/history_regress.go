@@ -106,7 +106,7 @@ func testForceUnlockRacingOwnGrant(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := st.CountOf(waiter.Owner().String()); n != 1 {
+	if n := st.CountOf(waiter.Owner()); n != 1 {
 		t.Fatalf("server: the waiter's hold count is %d, want 1", n)
 	}
 	if err := granted.h.Err(); err != nil {
@@ -222,7 +222,7 @@ func testAcquireLandingAfterCancel(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate.owner = waiter.Owner().String()
+	gate.owner = waiter.Owner()
 
 	// The first attempt queues the waiter; the second (after subscribing)
 	// is parked, and the context ends while it is.
@@ -246,9 +246,9 @@ func testAcquireLandingAfterCancel(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := st.CountOf(waiter.Owner().String()); n > 0 || st.QueueLength > 0 {
+	if n := st.CountOf(waiter.Owner()); n > 0 || st.QueueLength > 0 {
 		other := s.newProc(t).mutex(t, name)
-		_, tryErr := other.TryLockOnce(ctxFor(t, eventually), lock.WatchdogLease)
+		_, tryErr := other.TryLock(ctxFor(t, eventually), 0)
 		t.Errorf("after its Lock returned context.Canceled, the waiter's late acquire attempt left it holding the lock %d time(s) (TTL %v) with %d queued; another owner's TryLockOnce: %v", n, st.TTL, st.QueueLength, tryErr)
 	}
 }

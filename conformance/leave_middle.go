@@ -56,11 +56,11 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		name, a, b, c := holder.Name(), ms[0], ms[1], ms[2]
 		giveUp(t, cancels[1], chans[1], "b")
 		raw := readRaw(t, p.b, name)
-		if !slices.Contains(raw.queue, b.Owner().String()) || len(raw.queue) != 3 {
+		if !slices.Contains(raw.queue, b.Owner()) || len(raw.queue) != 3 {
 			t.Errorf("raw queue after b left from the middle: %v, want b's dead entry still in it (no scan of the list)", raw.queue)
 		}
 		owners, n := queueOwners(t, holder), queueLen(t, holder)
-		if want := []string{a.Owner().String(), c.Owner().String()}; !slices.Equal(owners, want) || n != 2 {
+		if want := []string{a.Owner(), c.Owner()}; !slices.Equal(owners, want) || n != 2 {
 			t.Errorf("Inspect after b left: queue %v (length %d), want %v (length 2)", owners, n, want)
 		}
 		mustUnlock(t, holder)
@@ -92,7 +92,7 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		}
 		giveUp(t, cancels[3], chans[3], "last")
 		raw := readRaw(t, p.b, name)
-		if want := []string{ms[0].Owner().String()}; !slices.Equal(raw.queue, want) || raw.timeouts != 2 {
+		if want := []string{ms[0].Owner()}; !slices.Equal(raw.queue, want) || raw.timeouts != 2 {
 			t.Errorf("raw queue after the last left: %v with %d deadlines, want %v with 2 (the dead run at the tail dropped with it)", raw.queue, raw.timeouts, want)
 		}
 		mustUnlock(t, holder)
@@ -108,7 +108,7 @@ func testX8LeaveFromTheMiddle(t *testing.T, s *suite) {
 		again := goAcquire(func() (*lock.Hold, error) { return b.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, holder, 3)
 		owners := queueOwners(t, holder)
-		if want := []string{a.Owner().String(), c.Owner().String(), b.Owner().String()}; !slices.Equal(owners, want) {
+		if want := []string{a.Owner(), c.Owner(), b.Owner()}; !slices.Equal(owners, want) {
 			t.Errorf("Inspect after b queued again: %v, want %v (b at the tail, once)", owners, want)
 		}
 		if raw := readRaw(t, p.b, name); len(raw.queue) != 3 {

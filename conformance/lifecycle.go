@@ -285,7 +285,7 @@ func testX12ReentryWithLease(t *testing.T, s *suite) {
 	name := lockName(t)
 	m := s.newProc(t, lock.WithLease(lease)).mutex(t, name)
 	h := mustLock(t, m)
-	if _, err := m.TryLock(ctxFor(t, eventually), time.Second, lease/3); err != nil {
+	if _, err := m.TryLockWithLease(ctxFor(t, eventually), time.Second, lease/3); err != nil {
 		t.Fatal(err)
 	}
 	mustUnlock(t, m)

@@ -19,6 +19,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
+	"github.com/fairlock/fairlock/lock/observe"
 )
 
 // The linearizability case records concurrent histories of several owners
@@ -486,8 +488,8 @@ type linActor struct {
 	pos       int
 	failed    bool // an acquire script call failed (its leave follows)
 	acquiring bool // an acquire call is running
-	acquire   lock.AcquireResult
-	releaseRe lock.ReleaseResult
+	acquire   observe.AcquireResult
+	releaseRe observe.ReleaseResult
 }
 
 // linObserver routes lock events to the actor making the call.
@@ -497,21 +499,21 @@ type linObserver struct {
 
 func linKey(name, field string) string { return name + "\x00" + field }
 
-func (ob *linObserver) actor(c lock.Call) *linActor {
-	return ob.actors[linKey(c.Name, c.Owner.String())]
+func (ob *linObserver) actor(c observe.Call) *linActor {
+	return ob.actors[linKey(c.Name, c.Owner)]
 }
 
-func (ob *linObserver) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
+func (ob *linObserver) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
 	return ctx, linAcquireTracker{ob.actor(c)}
 }
 
-func (ob *linObserver) StartRelease(ctx context.Context, c lock.Call) (context.Context, lock.ReleaseTracker) {
+func (ob *linObserver) StartRelease(ctx context.Context, c observe.Call) (context.Context, observe.ReleaseTracker) {
 	return ctx, linReleaseTracker{ob.actor(c)}
 }
 
-func (*linObserver) HoldLost(lock.Call, int64, time.Duration, error) {}
+func (*linObserver) HoldLost(observe.Call, int64, time.Duration, error) {}
 
-func (*linObserver) Renewed(lock.Call, error) {}
+func (*linObserver) Renewed(observe.Call, error) {}
 
 type linAcquireTracker struct{ a *linActor }
 
@@ -523,7 +525,7 @@ func (t linAcquireTracker) Queued(position int) {
 
 func (linAcquireTracker) Woken(bool) {}
 
-func (t linAcquireTracker) End(r lock.AcquireResult) {
+func (t linAcquireTracker) End(r observe.AcquireResult) {
 	if t.a != nil {
 		t.a.acquire = r
 	}
@@ -531,7 +533,7 @@ func (t linAcquireTracker) End(r lock.AcquireResult) {
 
 type linReleaseTracker struct{ a *linActor }
 
-func (t linReleaseTracker) End(r lock.ReleaseResult) {
+func (t linReleaseTracker) End(r observe.ReleaseResult) {
 	if t.a != nil {
 		t.a.releaseRe = r
 	}
@@ -613,7 +615,7 @@ const (
 // acquireOp makes one acquire call and records it as join, grant and (via
 // the backend) leave operations.
 func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
-	a.queuedAt, a.pos, a.failed, a.acquire = -1, 0, false, lock.AcquireResult{}
+	a.queuedAt, a.pos, a.failed, a.acquire = -1, 0, false, observe.AcquireResult{}
 	var (
 		h   *lock.Hold
 		err error
@@ -627,11 +629,11 @@ func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
 		cancel()
 	case linTryLock:
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
-		h, err = a.m.TryLock(ctx, d, lock.WatchdogLease)
+		h, err = a.m.TryLock(ctx, d)
 		cancel()
 	case linTryLockOnce:
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
-		h, err = a.m.TryLockOnce(ctx, lock.WatchdogLease)
+		h, err = a.m.TryLock(ctx, 0)
 		cancel()
 	}
 	a.acquiring = false
@@ -671,7 +673,7 @@ func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
 }
 
 func (a *linActor) unlockOp() {
-	a.releaseRe = lock.ReleaseResult{}
+	a.releaseRe = observe.ReleaseResult{}
 	in := linInput{kind: linUnlock, lock: a.lock, owner: a.owner}
 	call := a.h.now()
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
@@ -693,7 +695,7 @@ func (a *linActor) unlockOp() {
 
 // inspectOp reads the state and records it; a failed read is not
 // recorded (it changes nothing). It returns the state read.
-func (a *linActor) inspectOp(client int) (lock.State, bool) {
+func (a *linActor) inspectOp(client int) (inspect.State, bool) {
 	call := a.h.now()
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	st, err := a.m.Inspect(ctx, 16)
@@ -810,7 +812,7 @@ func recordLinHistory(t *testing.T, newBackend Factory, seed uint64) *linHistory
 			}
 			a := &linActor{
 				h: h, m: m, lock: l, owner: o, client: l*(linOwners+1) + o,
-				field: m.Owner().String(), owners: owners,
+				field: m.Owner(), owners: owners,
 				rng: rand.New(rand.NewPCG(seed, uint64(l*(linOwners+1)+o))),
 			}
 			if o == linOwners { // the reader only inspects
@@ -820,7 +822,7 @@ func recordLinHistory(t *testing.T, newBackend Factory, seed uint64) *linHistory
 			owners[a.field] = o
 			actors = append(actors, a)
 			ob.actors[linKey(name, a.field)] = a
-			wrappers[o%2].actors[linKey(m.Key(), a.field)] = a
+			wrappers[o%2].actors[linKey(m.Keys()[0], a.field)] = a
 		}
 	}
 	var wg sync.WaitGroup

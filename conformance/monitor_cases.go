@@ -28,7 +28,7 @@ func testTwoCommandsAtServer(t *testing.T, s *suite) {
 	// After its first hold the client subscribes, once, to its own channel
 	// to hear of reconnects; wait for that before counting.
 	redistest.Eventually(t, eventually, "the client's reconnect subscription", func() bool {
-		chans, _ := s.cfg.server.Do(t, "PUBSUB", "CHANNELS", "fairlock_client:"+m.Owner().ClientID).([]any)
+		chans, _ := s.cfg.server.Do(t, "PUBSUB", "CHANNELS", "fairlock_client:"+strings.SplitN(m.Owner(), ":", 2)[0]).([]any)
 		return len(chans) == 1
 	})
 	mon := startMonitor(t, s.cfg.server)
@@ -92,7 +92,7 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 		heartbeat = count(func() {
 			// Nudge the waiter to run acquire again: a wake-up message.
 			done := tp.b.count("acquire" + doneSuffix)
-			evalRaw(t, p.b, `return redis.call('publish', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner().String()})
+			evalRaw(t, p.b, `return redis.call('publish', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner()})
 			redistest.Eventually(t, eventually, "the waiter's heartbeat", func() bool { return tp.b.count("acquire"+doneSuffix) > done })
 		})
 		tcancel()

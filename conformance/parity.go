@@ -198,8 +198,8 @@ func testP1LeaseHandOver(t *testing.T, s *suite) {
 		// The scenario's 100 ms spacing (not a synchronisation: the
 		// previous owner is already visibly queued or holding).
 		<-time.After(time.Until(start.Add(time.Duration(i) * spacing)))
-		chans[i] = goAcquire(func() (*lock.Hold, error) { return m.TryLock(ctxs[i], wait, lease) })
-		waitVisible(t, probe, m.Owner().String())
+		chans[i] = goAcquire(func() (*lock.Hold, error) { return m.TryLockWithLease(ctxs[i], wait, lease) })
+		waitVisible(t, probe, m.Owner())
 	}
 	res := make([]result, owners)
 	for i, ch := range chans {
@@ -249,7 +249,7 @@ func testP3NoDrift(t *testing.T, s *suite) {
 	const (
 		tryers = 4
 		runFor = 2 * time.Second
-		wt     = lock.DefaultWaiterTimeout
+		wt     = (5 * time.Second)
 	)
 	name := lockName(t)
 	holder := s.newProc(t).mutex(t, name)
@@ -269,7 +269,7 @@ func testP3NoDrift(t *testing.T, s *suite) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				_, err := m.TryLock(ctx, wait, time.Second)
+				_, err := m.TryLockWithLease(ctx, wait, time.Second)
 				attempts.Add(1)
 				if !errors.Is(err, lock.ErrNotAcquired) {
 					errs <- fmt.Errorf("TryLock(%v) against a holder: %v, want ErrNotAcquired", wait, err)
@@ -322,7 +322,7 @@ sample:
 		t.Errorf("after the loops: %+v, want an empty queue and zset", raw)
 	}
 	mustUnlock(t, holder)
-	if _, err := s.newProc(t).mutex(t, name).TryLockOnce(ctxFor(t, eventually), time.Second); err != nil {
+	if _, err := s.newProc(t).mutex(t, name).TryLockWithLease(ctxFor(t, eventually), 0, time.Second); err != nil {
 		t.Errorf("TryLockOnce after the holder left: %v (something still queued)", err)
 	}
 }
@@ -340,7 +340,7 @@ func testP4GiveUpLeaves(t *testing.T, s *suite) {
 	slow := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
 	quitter, behind := slow.mutex(t, name), slow.mutex(t, name)
 	qch := goAcquire(func() (*lock.Hold, error) {
-		return quitter.TryLock(ctxFor(t, eventually), 300*time.Millisecond, time.Second)
+		return quitter.TryLockWithLease(ctxFor(t, eventually), 300*time.Millisecond, time.Second)
 	})
 	waitQueued(t, holder, 1)
 	bch := goAcquire(func() (*lock.Hold, error) { return behind.Lock(ctxFor(t, 60*time.Second)) })
@@ -356,7 +356,7 @@ func testP4GiveUpLeaves(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(after.Queue) != 1 || after.Queue[0].Owner != behind.Owner().String() {
+	if len(after.Queue) != 1 || after.Queue[0].Owner != behind.Owner() {
 		t.Fatalf("queue right after the head gave up: %+v, want only %s", after.Queue, behind.Owner())
 	}
 	// Its own heartbeat may only move it later; upstream's fix-up would
@@ -374,7 +374,7 @@ func testP4GiveUpLeaves(t *testing.T, s *suite) {
 		t.Errorf("waiter behind the quitter took %v after the unlock, want a wake-up", d)
 	}
 	mustUnlock(t, behind)
-	if _, err := s.newProc(t).mutex(t, name).TryLockOnce(ctxFor(t, eventually), time.Second); err != nil {
+	if _, err := s.newProc(t).mutex(t, name).TryLockWithLease(ctxFor(t, eventually), 0, time.Second); err != nil {
 		t.Errorf("TryLockOnce once holder and waiter were gone: %v", err)
 	}
 }
@@ -390,9 +390,9 @@ func testP5TryLockBudget(t *testing.T, s *suite) {
 	mustLock(t, holder)
 	tryer := s.newProc(t).mutex(t, name)
 	start := time.Now()
-	ch := goAcquire(func() (*lock.Hold, error) { return tryer.TryLock(ctxFor(t, eventually), wait, time.Second) })
+	ch := goAcquire(func() (*lock.Hold, error) { return tryer.TryLockWithLease(ctxFor(t, eventually), wait, time.Second) })
 	waitQueued(t, holder, 1)
-	channel := "redisson_lock__channel:{" + name + "}:" + tryer.Owner().String()
+	channel := "redisson_lock__channel:{" + name + "}:" + tryer.Owner()
 	evalRaw(t, p.b, `return redis.call('publish', ARGV[1], '0')`, []string{name}, channel)
 	r := await(t, ch, wait+eventually, "TryLock")
 	took := r.at.Sub(start)
@@ -423,7 +423,7 @@ func testP6SharedOwner(t *testing.T, s *suite) {
 	reader := s.newProc(t).mutex(t, name)
 	ctx := ctxFor(t, eventually)
 	ha := mustLock(t, a)
-	hb, err := b.TryLockOnce(ctx, lock.WatchdogLease)
+	hb, err := b.TryLock(ctx, 0)
 	if err != nil {
 		t.Fatalf("TryLockOnce by the same owner through another Mutex: %v, want a re-entry", err)
 	}
@@ -438,7 +438,7 @@ func testP6SharedOwner(t *testing.T, s *suite) {
 	if err := c.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Unlock by another owner of the same client: %v, want ErrNotHeld", err)
 	}
-	if _, err := c.TryLockOnce(ctx, lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := c.TryLock(ctx, 0); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Errorf("TryLockOnce by another owner of the same client: %v, want ErrNotAcquired", err)
 	}
 	if n, _ := a.HoldCount(ctx); n != 2 {
@@ -538,7 +538,7 @@ func testP6DeleteWaiters(t *testing.T, s *suite) {
 		if err != nil {
 			return nil, err
 		}
-		if err := ex.critical(ctx, m.Owner().String()); err != nil {
+		if err := ex.critical(ctx, m.Owner()); err != nil {
 			return h, err
 		}
 		return h, m.Unlock(ctx)
@@ -588,7 +588,7 @@ func testP7StrictFIFO(t *testing.T, s *suite) {
 	start := time.Now()
 	for i := range n {
 		m := procs[i%len(procs)].mutex(t, name)
-		want = append(want, m.Owner().String())
+		want = append(want, m.Owner())
 		ctx := ctxFor(t, 60*time.Second)
 		<-time.After(time.Until(start.Add(time.Duration(i) * spacing))) // the scenario's spacing
 		chans[i] = goAcquire(func() (*lock.Hold, error) {
@@ -597,7 +597,7 @@ func testP7StrictFIFO(t *testing.T, s *suite) {
 			if i%2 == 0 {
 				h, err = m.Lock(ctx)
 			} else {
-				h, err = m.TryLock(ctx, 50*time.Second, 30*time.Second)
+				h, err = m.TryLockWithLease(ctx, 50*time.Second, 30*time.Second)
 			}
 			if err != nil {
 				return nil, err
@@ -648,7 +648,7 @@ func testP8PausedHolder(t *testing.T, s *suite) {
 	quitter := s.newProc(t).mutex(t, name)
 	live := s.newProc(t, lock.WithWaiterTimeout(30*time.Second)).mutex(t, name)
 	qch := goAcquire(func() (*lock.Hold, error) {
-		return quitter.TryLock(ctxFor(t, eventually), 300*time.Millisecond, time.Second)
+		return quitter.TryLockWithLease(ctxFor(t, eventually), 300*time.Millisecond, time.Second)
 	})
 	waitQueued(t, holder, 1)
 	lch := goAcquire(func() (*lock.Hold, error) { return live.Lock(ctxFor(t, 60*time.Second)) })
@@ -656,7 +656,7 @@ func testP8PausedHolder(t *testing.T, s *suite) {
 	if r := await(t, qch, eventually, "quitter"); !errors.Is(r.err, lock.ErrNotAcquired) {
 		t.Fatalf("quitter: %v, want ErrNotAcquired", r.err)
 	}
-	if q := readRaw(t, p.b, name).queue; slices.Contains(q, quitter.Owner().String()) {
+	if q := readRaw(t, p.b, name).queue; slices.Contains(q, quitter.Owner()) {
 		t.Errorf("quitter still queued after giving up: %v", q)
 	}
 	rl := await(t, lch, 30*time.Second, "live waiter")

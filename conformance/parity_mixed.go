@@ -190,17 +190,13 @@ func testX11Reads(t *testing.T, s *suite) {
 	if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	owner, err := lock.ParseOwner(j.field)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if held, err := g.IsHeldBy(ctx, owner); err != nil || !held {
+	if held, err := g.IsHeldBy(ctx, j.field); err != nil || !held {
 		t.Errorf("Go IsHeldBy(redisson thread) = %v, %v", held, err)
 	}
 	if st, err := g.Inspect(ctx, 0); err != nil || st.CountOf(j.field) != 2 || st.TTL <= 0 || st.TTL > 10*time.Second {
 		t.Errorf("Go reads a redisson hold as %+v, %v; want count 2, TTL in (0, 10 s]", st, err)
 	}
-	if _, err := g.TryLockOnce(ctx, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := g.TryLockWithLease(ctx, 0, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Errorf("Go TryLockOnce on a redisson hold: %v", err)
 	}
 	if err := g.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
@@ -244,7 +240,7 @@ func testX11GoWakesRedisson(t *testing.T, s *suite) {
 	if n := rc.count("redisson_acquire"); n > 5 {
 		t.Errorf("redisson waiter ran its acquire script %d times: it polled instead of being woken", n)
 	}
-	if held, _ := holder.IsHeldBy(ctxFor(t, eventually), mustParseOwner(t, j.field)); !held {
+	if held, _ := holder.IsHeldBy(ctxFor(t, eventually), j.field); !held {
 		t.Error("redisson waiter does not hold after acquiring")
 	}
 }
@@ -294,15 +290,6 @@ func (s *suite) newMessageOnlyProc(t *testing.T, opts ...lock.Option) *proc {
 	return &proc{b: b, c: c}
 }
 
-func mustParseOwner(t *testing.T, field string) lock.Owner {
-	t.Helper()
-	o, err := lock.ParseOwner(field)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
 // testX11MutualExclusion: three Go owners and three Redisson threads, on
 // two clients each, take the lock three times each with every acquire
 // flavour: never two holders (checked inside every critical section), no
@@ -331,12 +318,12 @@ func testX11MutualExclusion(t *testing.T, s *suite) {
 				case 1:
 					_, err = m.LockWithLease(ctx, 3*time.Second)
 				default:
-					_, err = m.TryLock(ctx, 60*time.Second, 3*time.Second)
+					_, err = m.TryLockWithLease(ctx, 60*time.Second, 3*time.Second)
 				}
 				if err != nil {
 					return fmt.Errorf("go owner %d round %d: %w", i, r, err)
 				}
-				if err := ex.critical(ctx, m.Owner().String()); err != nil {
+				if err := ex.critical(ctx, m.Owner()); err != nil {
 					return err
 				}
 				if err := m.Unlock(ctx); err != nil {
@@ -432,7 +419,7 @@ func testX11FIFO(t *testing.T, s *suite) {
 		}})
 		m := gps[i%2].mutex(t, name)
 		glabel := fmt.Sprint("go", i)
-		waiters = append(waiters, waiter{glabel, m.Owner().String(), func(ctx context.Context) error {
+		waiters = append(waiters, waiter{glabel, m.Owner(), func(ctx context.Context) error {
 			if _, err := m.Lock(ctx); err != nil {
 				return err
 			}

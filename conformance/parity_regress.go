@@ -50,7 +50,7 @@ func testP9LongHoldMixed(t *testing.T, s *suite) {
 			}
 			return h, err
 		}))
-		want = append(want, m.Owner().String())
+		want = append(want, m.Owner())
 		waitQueued(t, holder, i+1)
 	}
 	jctx := ctxFor(t, 60*time.Second)
@@ -138,10 +138,10 @@ func testP9PurgedHeadWhileHeld(t *testing.T, s *suite) {
 		st, err := holder.Inspect(ctxFor(t, eventually), 1)
 		return err == nil && len(st.Queue) == 1 && st.ServerTime.After(st.Queue[0].Deadline)
 	})
-	if _, err := s.newProc(t).mutex(t, name).TryLockOnce(ctxFor(t, eventually), time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := s.newProc(t).mutex(t, name).TryLockWithLease(ctxFor(t, eventually), 0, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLockOnce while held: %v, want ErrNotAcquired", err)
 	}
-	if q := queueOwners(t, holder); !slices.Equal(q, []string{live.Owner().String()}) {
+	if q := queueOwners(t, holder); !slices.Equal(q, []string{live.Owner()}) {
 		t.Fatalf("queue %v after the purge, want only the live waiter", q)
 	}
 	r := await(t, ch, 30*time.Second, "live waiter")
@@ -224,7 +224,7 @@ func testP9CrashedWaiter(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Queue) != 2 || st.Queue[0].Owner != crasher.Owner().String() {
+	if len(st.Queue) != 2 || st.Queue[0].Owner != crasher.Owner() {
 		t.Fatalf("queue %+v, want the crashed waiter at the head", st.Queue)
 	}
 	deadline := st.Queue[0].Deadline // a heartbeat in flight may still push it later

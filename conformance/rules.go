@@ -70,11 +70,11 @@ func testB1AcquireFreeLock(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Holders) != 1 || st.Holders[0].Owner != m.Owner().String() || st.Holders[0].Count != 1 {
+	if len(st.Holders) != 1 || st.Holders[0].Owner != m.Owner() || st.Holders[0].Count != 1 {
 		t.Errorf("holders %+v, want only %s with count 1", st.Holders, m.Owner())
 	}
-	if st.TTL <= lock.DefaultLease-slack || st.TTL > lock.DefaultLease {
-		t.Errorf("TTL %v, want about the default lease %v", st.TTL, lock.DefaultLease)
+	if st.TTL <= (30*time.Second)-slack || st.TTL > (30*time.Second) {
+		t.Errorf("TTL %v, want about the default lease %v", st.TTL, (30 * time.Second))
 	}
 	if st.QueueLength != 0 {
 		t.Errorf("queue length %d after acquiring a free lock", st.QueueLength)
@@ -116,14 +116,14 @@ func testB2Reentrancy(t *testing.T, s *suite) {
 	// A re-entry never shortens the hold (X12): the TTL stays near the
 	// watchdog lease instead of dropping to the re-entry's 20 s; a longer
 	// lease extends it.
-	if ttl, _ := m.RemainTTL(ctxFor(t, eventually)); ttl <= 20*time.Second || ttl > lock.DefaultLease {
-		t.Errorf("re-entry with lease 20s left TTL %v, want the %v of the first hold", ttl, lock.DefaultLease)
+	if ttl, _ := m.RemainTTL(ctxFor(t, eventually)); ttl <= 20*time.Second || ttl > (30*time.Second) {
+		t.Errorf("re-entry with lease 20s left TTL %v, want the %v of the first hold", ttl, (30 * time.Second))
 	}
-	if _, err := m.LockWithLease(ctxFor(t, eventually), 2*lock.DefaultLease); err != nil {
+	if _, err := m.LockWithLease(ctxFor(t, eventually), 2*(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if ttl, _ := m.RemainTTL(ctxFor(t, eventually)); ttl <= lock.DefaultLease {
-		t.Errorf("re-entry with lease %v left TTL %v, want it extended", 2*lock.DefaultLease, ttl)
+	if ttl, _ := m.RemainTTL(ctxFor(t, eventually)); ttl <= (30 * time.Second) {
+		t.Errorf("re-entry with lease %v left TTL %v, want it extended", 2*(30*time.Second), ttl)
 	}
 	mustUnlock(t, m)
 	mustUnlock(t, m)
@@ -310,7 +310,7 @@ func tryLockLosingReplies(t *testing.T, p *proc, m *lock.Mutex) {
 		p.b.loseReply = nil
 		p.b.mu.Unlock()
 	}()
-	if _, err := m.TryLock(ctxFor(t, eventually), 300*time.Millisecond, lock.WatchdogLease); err == nil {
+	if _, err := m.TryLock(ctxFor(t, eventually), 300*time.Millisecond); err == nil {
 		t.Fatal("a call acquired while every acquire reply was lost")
 	}
 }
@@ -349,7 +349,7 @@ func testB5StaleHeads(t *testing.T, s *suite) {
 	injectWaiter(t, p.b, name, "dead-client:1", -time.Second)
 	injectWaiter(t, p.b, name, "dead-client:2", -time.Millisecond)
 	m := p.mutex(t, name)
-	h, err := m.TryLockOnce(ctxFor(t, eventually), lock.WatchdogLease)
+	h, err := m.TryLock(ctxFor(t, eventually), 0)
 	if err != nil {
 		t.Fatalf("TryLockOnce behind two dead heads: %v", err)
 	}
@@ -417,7 +417,7 @@ func testB7TryLockGivesUp(t *testing.T, s *suite) {
 	tryer := s.newProc(t).mutex(t, name)
 	const wait = 500 * time.Millisecond
 	start := time.Now()
-	_, err := tryer.TryLock(ctxFor(t, eventually), wait, time.Second)
+	_, err := tryer.TryLockWithLease(ctxFor(t, eventually), wait, time.Second)
 	took := time.Since(start)
 	if !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLock against a holder: %v, want ErrNotAcquired", err)
@@ -429,7 +429,7 @@ func testB7TryLockGivesUp(t *testing.T, s *suite) {
 		t.Errorf("queue length %d after giving up, want 0", n)
 	}
 	mustUnlock(t, holder)
-	if _, err := tryer.TryLockOnce(ctxFor(t, eventually), time.Second); err != nil {
+	if _, err := tryer.TryLockWithLease(ctxFor(t, eventually), 0, time.Second); err != nil {
 		t.Errorf("TryLockOnce right after the holder left: %v", err)
 	}
 }
@@ -440,7 +440,7 @@ func testB7TryLockOnce(t *testing.T, s *suite) {
 	holder := p.mutex(t, name)
 	tryer := s.newProc(t).mutex(t, name)
 	mustLock(t, holder)
-	if _, err := tryer.TryLockOnce(ctxFor(t, eventually), lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := tryer.TryLock(ctxFor(t, eventually), 0); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLockOnce while held: %v", err)
 	}
 	if n := queueLen(t, holder); n != 0 {
@@ -449,7 +449,7 @@ func testB7TryLockOnce(t *testing.T, s *suite) {
 	mustUnlock(t, holder)
 	// Free lock, but a live waiter is in line: TryLockOnce must not barge.
 	injectWaiter(t, p.b, name, "live-client:1", time.Minute)
-	if _, err := tryer.TryLockOnce(ctxFor(t, eventually), lock.WatchdogLease); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := tryer.TryLock(ctxFor(t, eventually), 0); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Errorf("TryLockOnce with someone queued: %v, want ErrNotAcquired", err)
 	}
 }

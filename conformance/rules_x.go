@@ -49,7 +49,7 @@ func testX2LongHold(t *testing.T, s *suite) {
 	}
 	var want []string
 	for _, m := range ms {
-		want = append(want, m.Owner().String())
+		want = append(want, m.Owner())
 	}
 	chans := queueInOrder(t, holder, 0, ms, func(m *lock.Mutex) (*lock.Hold, error) {
 		return m.Lock(ctxFor(t, 60*time.Second))
@@ -248,7 +248,9 @@ func testX5Cancel(t *testing.T, s *suite) {
 			return goAcquire(func() (*lock.Hold, error) { return m.Lock(ctx) })
 		}, want: context.DeadlineExceeded},
 		{name: "trylock wait", acquire: func(m *lock.Mutex) <-chan result {
-			return goAcquire(func() (*lock.Hold, error) { return m.TryLock(ctxFor(t, eventually), 300*time.Millisecond, time.Second) })
+			return goAcquire(func() (*lock.Hold, error) {
+				return m.TryLockWithLease(ctxFor(t, eventually), 300*time.Millisecond, time.Second)
+			})
 		}, want: lock.ErrNotAcquired},
 	}
 	for _, tc := range cases {
@@ -391,30 +393,30 @@ func testX10BadInput(t *testing.T, s *suite) {
 		call func() error
 		want error
 	}{
-		{name: "Lock nil ctx", call: func() error { _, err := good.Lock(nilCtx); return err }, want: lock.ErrNilContext},
+		{name: "Lock nil ctx", call: func() error { _, err := good.Lock(nilCtx); return err }, want: lock.ErrInvalidArgument},
 		{name: "Lock cancelled ctx", call: func() error { _, err := good.Lock(cancelled); return err }, want: context.Canceled},
-		{name: "LockWithLease zero", call: func() error { _, err := good.LockWithLease(ctx, 0); return err }, want: lock.ErrInvalidDuration},
-		{name: "LockWithLease negative", call: func() error { _, err := good.LockWithLease(ctx, -time.Second); return err }, want: lock.ErrInvalidDuration},
-		{name: "LockWithLease sub-ms", call: func() error { _, err := good.LockWithLease(ctx, time.Microsecond); return err }, want: lock.ErrInvalidDuration},
-		{name: "LockWithLease overflow", call: func() error { _, err := good.LockWithLease(ctx, time.Duration(1<<62)); return err }, want: lock.ErrInvalidDuration},
-		{name: "TryLock zero wait", call: func() error { _, err := good.TryLock(ctx, 0, time.Second); return err }, want: lock.ErrInvalidDuration},
-		{name: "TryLock negative wait", call: func() error { _, err := good.TryLock(ctx, -1, time.Second); return err }, want: lock.ErrInvalidDuration},
-		{name: "TryLock zero lease", call: func() error { _, err := good.TryLock(ctx, time.Second, 0); return err }, want: lock.ErrInvalidDuration},
-		{name: "TryLockOnce negative lease", call: func() error { _, err := good.TryLockOnce(ctx, -2); return err }, want: lock.ErrInvalidDuration},
-		{name: "Unlock nil ctx", call: func() error { return good.Unlock(nilCtx) }, want: lock.ErrNilContext},
+		{name: "LockWithLease zero", call: func() error { _, err := good.LockWithLease(ctx, 0); return err }, want: lock.ErrInvalidArgument},
+		{name: "LockWithLease negative", call: func() error { _, err := good.LockWithLease(ctx, -time.Second); return err }, want: lock.ErrInvalidArgument},
+		{name: "LockWithLease sub-ms", call: func() error { _, err := good.LockWithLease(ctx, time.Microsecond); return err }, want: lock.ErrInvalidArgument},
+		{name: "LockWithLease overflow", call: func() error { _, err := good.LockWithLease(ctx, time.Duration(1<<62)); return err }, want: lock.ErrInvalidArgument},
+		{name: "TryLock zero wait", call: func() error { _, err := good.TryLockWithLease(ctx, 0, time.Second); return err }, want: lock.ErrInvalidArgument},
+		{name: "TryLock negative wait", call: func() error { _, err := good.TryLockWithLease(ctx, -1, time.Second); return err }, want: lock.ErrInvalidArgument},
+		{name: "TryLock zero lease", call: func() error { _, err := good.TryLockWithLease(ctx, time.Second, 0); return err }, want: lock.ErrInvalidArgument},
+		{name: "TryLockOnce negative lease", call: func() error { _, err := good.TryLockWithLease(ctx, 0, -2); return err }, want: lock.ErrInvalidArgument},
+		{name: "Unlock nil ctx", call: func() error { return good.Unlock(nilCtx) }, want: lock.ErrInvalidArgument},
 		{name: "Unlock cancelled", call: func() error { return good.Unlock(cancelled) }, want: context.Canceled},
-		{name: "ForceUnlock nil ctx", call: func() error { _, err := good.ForceUnlock(nilCtx); return err }, want: lock.ErrNilContext},
+		{name: "ForceUnlock nil ctx", call: func() error { _, err := good.ForceUnlock(nilCtx); return err }, want: lock.ErrInvalidArgument},
 		{name: "Delete cancelled", call: func() error { _, err := good.Delete(cancelled); return err }, want: context.Canceled},
-		{name: "IsLocked nil ctx", call: func() error { _, err := good.IsLocked(nilCtx); return err }, want: lock.ErrNilContext},
-		{name: "Inspect negative limit", call: func() error { _, err := good.Inspect(ctx, -1); return err }, want: lock.ErrInvalidOption},
+		{name: "IsLocked nil ctx", call: func() error { _, err := good.IsLocked(nilCtx); return err }, want: lock.ErrInvalidArgument},
+		{name: "Inspect negative limit", call: func() error { _, err := good.Inspect(ctx, -1); return err }, want: lock.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		if err := tc.call(); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	for _, o := range []lock.Option{lock.WithLease(0), lock.WithLease(time.Millisecond), lock.WithWaiterTimeout(-1), lock.WithLease(lock.MaxDuration + 1)} {
-		if _, err := lock.NewClient(p.b, o); !errors.Is(err, lock.ErrInvalidDuration) {
+	for _, o := range []lock.Option{lock.WithLease(0), lock.WithLease(time.Millisecond), lock.WithWaiterTimeout(-1), lock.WithLease((10 * 365 * 24 * time.Hour) + 1)} {
+		if _, err := lock.NewClient(p.b, o); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("NewClient with a bad duration: %v", err)
 		}
 	}
@@ -458,7 +460,7 @@ func testManyOwners(t *testing.T, s *suite) {
 			mu.Lock()
 			holders++
 			maxSeen = max(maxSeen, holders)
-			got[m.Owner().String()]++
+			got[m.Owner()]++
 			holders--
 			mu.Unlock()
 			return h, m.Unlock(ctxFor(t, eventually))

@@ -46,7 +46,7 @@ func Example() {
 	fmt.Println("holding, token > 0:", hold.Token() > 0)
 
 	other, _ := locks.NewMutex("orders")
-	_, err = other.TryLockOnce(ctx, lock.WatchdogLease)
+	_, err = other.TryLock(ctx, 0)
 	fmt.Println("other owner refused:", errors.Is(err, lock.ErrNotAcquired))
 
 	if err := m.Unlock(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
@@ -88,27 +89,27 @@ func (c *serverClock) observe(server, sent, recv time.Time, err error) {
 // cached reads are off, the backend or server cannot cache, the server's
 // clock must be read, or a cached read failed (the script then gives the
 // answer or the error). The caller has checked ctx and limit.
-func (m *Mutex) cachedState(ctx context.Context, kind wire.CachedKind, limit int) (State, bool) {
+func (m *Mutex) cachedState(ctx context.Context, kind wire.CachedKind, limit int) (inspect.State, bool) {
 	cr := m.c.cfg.cached
 	if cr == nil || cr.off.Load() {
-		return State{}, false
+		return inspect.State{}, false
 	}
 	cb, ok := m.c.b.(backend.CachedReader)
 	if !ok {
 		cr.off.Store(true)
-		return State{}, false
+		return inspect.State{}, false
 	}
 	var now time.Time
 	if kind != wire.CachedHolders {
 		if now, ok = cr.clock.now(); !ok {
-			return State{}, false
+			return inspect.State{}, false
 		}
 	}
 	r := cachedRead{m: m, ctx: ctx, cb: cb, maxStale: cr.maxStale}
 	st, err := r.state(wire.CachedRead{Kind: kind, Limit: limit}, now)
 	if err != nil {
 		cr.noteFailure(err)
-		return State{}, false
+		return inspect.State{}, false
 	}
 	return st, true
 }
@@ -132,10 +133,10 @@ func (r cachedRead) read(cmds [][]string) ([]backend.Reply, error) {
 // state reads the State in one round, and for Inspect of a lock with
 // holders or listed waiters a second: the clients' descriptions and the
 // waiters' deadlines.
-func (r cachedRead) state(q wire.CachedRead, now time.Time) (State, error) {
+func (r cachedRead) state(q wire.CachedRead, now time.Time) (inspect.State, error) {
 	reps, err := r.read(q.Commands(r.m.keys))
 	if err != nil {
-		return State{}, err
+		return inspect.State{}, err
 	}
 	snap, waiters, err := q.Decode(reps, now)
 	if err != nil || q.Kind != wire.CachedAll || len(snap.Holders) == 0 && len(waiters) == 0 {
@@ -153,10 +154,10 @@ func (r cachedRead) state(q wire.CachedRead, now time.Time) (State, error) {
 		cmds = append(cmds, wire.DescriptionRead(r.m.c.descriptionKey(id)))
 	}
 	if reps, err = r.read(append(cmds, wire.Waiters(r.m.keys, waiters)...)); err != nil {
-		return State{}, err
+		return inspect.State{}, err
 	}
 	if snap.Queue, err = wire.DecodeWaiters(waiters, reps[len(cmds):]); err != nil {
-		return State{}, err
+		return inspect.State{}, err
 	}
 	st := stateOf(snap)
 	index.learn(snap)

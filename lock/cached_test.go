@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
@@ -79,7 +80,7 @@ func TestCachedIsLocked_SeesUnlockWithinOneRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "cached-flip-" + strings.ReplaceAll(tc.name, " ", "-")
 			holder, probe := realMutex(t, tc.holder, name), realMutex(t, reader, name)
-			if _, err := holder.TryLockOnce(ctx, 30*time.Second); err != nil {
+			if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			awaitHoldingQuiet(t, srv, tc.holder)
@@ -133,7 +134,7 @@ func TestCachedReads_UnchangedLockSendsNothing(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	const name = "cached-unchanged"
 	holder := realMutex(t, holders, name)
-	if _, err := holder.TryLockOnce(ctx, 30*time.Second); err != nil {
+	if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	awaitHoldingQuiet(t, srv, holders)
@@ -141,7 +142,7 @@ func TestCachedReads_UnchangedLockSendsNothing(t *testing.T) {
 	queueEntry(t, srv, name, "6a1f0c52-2a35-4d9b-9d4e-4c1e0b2f1a77:1", 60_000, false) // a Redisson waiter
 	probe := realMutex(t, reader, name)
 
-	readAll := func() lock.State {
+	readAll := func() inspect.State {
 		t.Helper()
 		if locked, err := probe.IsLocked(ctx); err != nil || !locked {
 			t.Fatalf("IsLocked = %v, %v", locked, err)
@@ -169,14 +170,14 @@ func TestCachedReads_UnchangedLockSendsNothing(t *testing.T) {
 	})
 	readAll()
 	before := serverCalls(t, srv)
-	var st lock.State
+	var st inspect.State
 	for range 5 {
 		st = readAll()
 	}
 	if sent := serverCalls(t, srv) - before; sent != 0 {
 		t.Fatalf("5 rounds of reads of an unchanged lock sent %d commands, want 0", sent)
 	}
-	if len(st.Queue) != 2 || st.Queue[0].Kind != lock.KindFairlock || st.Queue[1].Kind != lock.KindRedisson || st.DescriptionErr != nil {
+	if len(st.Queue) != 2 || st.Queue[0].Kind != inspect.KindFairlock || st.Queue[1].Kind != inspect.KindRedisson || st.DescriptionErr != nil {
 		t.Fatalf("cached Inspect = %+v", st)
 	}
 }
@@ -192,7 +193,7 @@ func TestCachedRemainTTL_WithinStalenessBound(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	const name = "cached-ttl"
 	holder := realMutex(t, plain, name)
-	h, err := holder.TryLockOnce(ctx, 10*time.Second)
+	h, err := holder.TryLockWithLease(ctx, 0, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +248,10 @@ func TestCachedInspect_SaysWhatTheScriptSays(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	const name = "cached-inspect"
 	holder := realMutex(t, holders, name)
-	if _, err := holder.TryLockOnce(ctx, 30*time.Second); err != nil {
+	if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.TryLockOnce(ctx, 30*time.Second); err != nil { // count 2
+	if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil { // count 2
 		t.Fatal(err)
 	}
 	queueEntry(t, srv, name, holders.ID()+":7", 60_000, true)
@@ -266,7 +267,7 @@ func TestCachedInspect_SaysWhatTheScriptSays(t *testing.T) {
 	}
 
 	for _, limit := range []int{0, 2, 10} {
-		var want, got lock.State
+		var want, got inspect.State
 		redistest.Eventually(t, 10*time.Second, "the holder's description", func() bool {
 			var err error
 			if want, err = script.Inspect(ctx, limit); err != nil {
@@ -309,7 +310,7 @@ func TestCachedReads_FallBackToTheScript(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := testCtx(t, 30*time.Second)
 	m := realMutex(t, c, "cached-fallback")
-	if _, err := m.TryLockOnce(ctx, 30*time.Second); err != nil {
+	if _, err := m.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -325,8 +326,8 @@ func TestCachedReads_FallBackToTheScript(t *testing.T) {
 		}
 	}
 
-	for _, d := range []time.Duration{0, -time.Second, time.Microsecond, lock.MaxDuration + 1} {
-		if _, err := lock.NewClient(b, lock.WithCachedReads(d)); !errors.Is(err, lock.ErrInvalidDuration) {
+	for _, d := range []time.Duration{0, -time.Second, time.Microsecond, (10 * 365 * 24 * time.Hour) + 1} {
+		if _, err := lock.NewClient(b, lock.WithCachedReads(d)); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("WithCachedReads(%v): %v, want ErrInvalidDuration", d, err)
 		}
 	}
@@ -364,7 +365,7 @@ func TestCachedReads_ServerLoad(t *testing.T) {
 			for i := range probes {
 				name := fmt.Sprintf("status-%04d", i)
 				if i%(locks/held) == 0 {
-					if _, err := realMutex(t, holders, name).TryLockOnce(ctx, time.Minute); err != nil {
+					if _, err := realMutex(t, holders, name).TryLockWithLease(ctx, 0, time.Minute); err != nil {
 						t.Fatal(err)
 					}
 				}

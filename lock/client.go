@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,25 +50,24 @@ type holdRef struct {
 }
 
 // NewClient returns a Client that talks to Redis through b. Defaults: lease
-// DefaultLease (30 s, watchdog every 10 s), waiter timeout
-// DefaultWaiterTimeout (5 s), no key prefix, PUBLISH wake-ups, no observer,
+// 30 s (renewed every 10 s), waiter timeout 5 s, no key prefix, PUBLISH wake-ups, no observer,
 // no description. NewClient sends nothing to Redis itself; with
 // WithDescription the client writes its description in the background.
 func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
 	}
-	cfg := config{lease: DefaultLease, waiterTimeout: DefaultWaiterTimeout, redissonSlack: DefaultRedissonSlack, publish: "publish"}
+	cfg := config{lease: defaultLease, waiterTimeout: defaultWaiterTimeout, redissonSlack: defaultRedissonSlack, publish: "publish"}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
 		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	if _, ok := b.(backend.ReplicaWaiter); cfg.replicas > 0 && !ok {
-		return nil, fmt.Errorf("%w: WithReplicaAcks needs a backend.ReplicaWaiter backend", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithReplicaAcks needs a backend.ReplicaWaiter backend", ErrInvalidArgument)
 	}
 	id, err := newUUID()
 	if err != nil {
@@ -109,7 +109,7 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 	var mc mutexConfig
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil mutex option", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil mutex option", ErrInvalidArgument)
 		}
 		if err := o(&mc); err != nil {
 			return nil, err
@@ -125,13 +125,11 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 	if !mc.ownerIDSet {
 		mc.ownerID = c.nextOwner.Add(1)
 	}
-	owner := Owner{ClientID: c.id, ID: mc.ownerID}
-	field := owner.String()
+	field := c.id + ":" + strconv.FormatInt(mc.ownerID, 10)
 	return &Mutex{
 		c:        c,
 		name:     name,
 		keys:     k,
-		owner:    owner,
 		field:    field,
 		channel:  k.OwnerChannel(field),
 		ownerKey: k.Hash + "\x00" + field,

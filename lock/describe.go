@@ -7,64 +7,17 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
 // Client descriptions (WithDescription) and what Inspect tells of owners.
-
-// Description says who a client is, for people looking at a lock: Inspect
-// reports it for every holder and waiter whose client has one (see
-// WithDescription). The lock hash keeps Redisson's owner field; the
-// description lives beside it under its own key per client,
-// "<key prefix>fairlock_client_info:<clientID>", as JSON with these
-// field names.
-type Description struct {
-	// Host is the client machine's host name (os.Hostname; "" if unknown).
-	Host string `json:"host"`
-	// PID is the client process ID (os.Getpid).
-	PID int `json:"pid"`
-	// Name is what the application called itself in WithDescription.
-	Name string `json:"name"`
-}
-
-// ClientKind says which kind of client an owner belongs to, as far as
-// Inspect can tell from what is in Redis.
-type ClientKind string
-
-// Client kinds. Owner fields have the same form whoever writes them, so
-// the kind comes from evidence, per client ID: a description, a waiter's
-// fairlock liveness deadline (X2), the ID of the client that inspects, or,
-// for a holder, the fencing counter's expiry (holderEvidence).
-const (
-	// KindUnknown: no evidence either way - a holder of a lock hash without
-	// an expiry, and an owner field of another form.
-	KindUnknown ClientKind = ""
-	// KindFairlock: a fairlock client - it describes itself, one of its
-	// listed waiters heartbeats, it is the client that inspects, or it
-	// holds and the fencing counter lives at least as long as the hold.
-	KindFairlock ClientKind = "fairlock"
-	// KindRedisson: a client that queues without fairlock's heartbeat - a
-	// Redisson client (or another implementation of RFairLock): one of its
-	// listed waiters has no fairlock liveness deadline, or it holds and the
-	// fencing counter is gone or dies before the hold; and nothing says
-	// fairlock.
-	KindRedisson ClientKind = "redisson"
-)
 
 // describeTimeout bounds one write, delete or read of descriptions.
 const describeTimeout = time.Second
 
 // maxDescriptionName is the longest name WithDescription accepts, in bytes.
 const maxDescriptionName = 256
-
-// Description returns this client's description and true, or false when
-// it has none (no WithDescription).
-func (c *Client) Description() (Description, bool) {
-	if c.cfg.description == nil {
-		return Description{}, false
-	}
-	return *c.cfg.description, true
-}
 
 func (c *Client) descriptionKey(clientID string) string {
 	return c.cfg.keyPrefix + wire.DescriptionPrefix + clientID
@@ -118,7 +71,7 @@ func (c *Client) writeDescription(ctx context.Context, value string, ttl time.Du
 // descriptions from one pipelined batch of a read_description.lua run per
 // client ID (each key in its own slot). When the batch fails, st keeps
 // the kinds, and st.DescriptionErr says why.
-func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *State, snap wire.Snapshot) {
+func (c *Client) describeOwners(ctx context.Context, m *Mutex, st *inspect.State, snap wire.Snapshot) {
 	if len(st.Holders) == 0 && len(st.Queue) == 0 {
 		return
 	}
@@ -157,15 +110,15 @@ func newOwnerIndex(self string) *ownerIndex {
 // facts returns what is known of owner's client, nil for an owner field
 // of another form.
 func (o *ownerIndex) facts(owner string) *ownerFacts {
-	id, err := ParseOwner(owner)
+	id, _, err := inspect.ParseOwner(owner)
 	if err != nil {
 		return nil
 	}
-	f := o.known[id.ClientID]
+	f := o.known[id]
 	if f == nil {
-		f = &ownerFacts{fairlock: id.ClientID == o.self}
-		o.known[id.ClientID] = f
-		o.clients = append(o.clients, id.ClientID)
+		f = &ownerFacts{fairlock: id == o.self}
+		o.known[id] = f
+		o.clients = append(o.clients, id)
 	}
 	return f
 }
@@ -202,7 +155,7 @@ func (o *ownerIndex) setDescriptions(replies []backend.Reply) error {
 		switch rep := replies[i]; rep.Kind {
 		case backend.Nil:
 		case backend.String:
-			var d Description
+			var d inspect.Description
 			if err := json.Unmarshal([]byte(rep.Str), &d); err != nil {
 				errs = append(errs, fmt.Errorf("%w: description of client %s: %v", ErrUnexpectedReply, id, err))
 				continue
@@ -216,7 +169,7 @@ func (o *ownerIndex) setDescriptions(replies []backend.Reply) error {
 }
 
 // fill sets the Kind and Description of st's holders and waiters.
-func (o *ownerIndex) fill(st *State) {
+func (o *ownerIndex) fill(st *inspect.State) {
 	for i := range st.Holders {
 		st.Holders[i].Kind, st.Holders[i].Description = o.facts(st.Holders[i].Owner).describe()
 	}
@@ -246,29 +199,29 @@ func (o *ownerIndex) holderEvidence(holders []wire.Holder, hash, token int64) {
 
 // ownerFacts is what Inspect learnt of one client ID.
 type ownerFacts struct {
-	desc     *Description
+	desc     *inspect.Description
 	fairlock bool // evidence of a fairlock client
 	redisson bool // a waiter of this client without a liveness deadline
 }
 
 // describe returns the client's kind and a copy of its description (nil:
 // none) for one owner entry; f is nil for an owner field of another form.
-func (f *ownerFacts) describe() (ClientKind, *Description) {
+func (f *ownerFacts) describe() (inspect.Kind, *inspect.Description) {
 	if f == nil {
-		return KindUnknown, nil
+		return inspect.KindUnknown, nil
 	}
-	var d *Description
+	var d *inspect.Description
 	if f.desc != nil {
 		cp := *f.desc
 		d = &cp
 	}
 	switch {
 	case f.fairlock || d != nil:
-		return KindFairlock, d
+		return inspect.KindFairlock, d
 	case f.redisson:
-		return KindRedisson, nil
+		return inspect.KindRedisson, nil
 	}
-	return KindUnknown, nil
+	return inspect.KindUnknown, nil
 }
 
 // readDescriptions sends the batch, again after a transient error (it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/redistest"
 )
 
@@ -33,7 +34,7 @@ func TestInspect_DescribesHolderAndWaiter(t *testing.T) {
 	waited := goLock(ctx, waiter)
 
 	probe := realMutex(t, admin, name)
-	var st lock.State
+	var st inspect.State
 	redistest.Eventually(t, 10*time.Second, "the holder and the waiter described", func() bool {
 		var err error
 		st, err = probe.Inspect(ctx, 10)
@@ -47,25 +48,20 @@ func TestInspect_DescribesHolderAndWaiter(t *testing.T) {
 		t.Fatalf("DescriptionErr: %v", st.DescriptionErr)
 	}
 	host, _ := os.Hostname()
-	wantHolder := lock.Description{Host: host, PID: os.Getpid(), Name: "orders-api"}
-	wantWaiter := lock.Description{Host: host, PID: os.Getpid(), Name: "billing-worker"}
-	if h := st.Holders[0]; h.Owner != holder.Owner().String() || *h.Description != wantHolder || h.Kind != lock.KindFairlock {
+	wantHolder := inspect.Description{Host: host, PID: os.Getpid(), Name: "orders-api"}
+	wantWaiter := inspect.Description{Host: host, PID: os.Getpid(), Name: "billing-worker"}
+	if h := st.Holders[0]; h.Owner != holder.Owner() || *h.Description != wantHolder || h.Kind != inspect.KindFairlock {
 		t.Errorf("holder = %+v (description %+v), want %s described as %+v, kind fairlock", h, *h.Description, holder.Owner(), wantHolder)
 	}
-	if w := st.Queue[0]; w.Owner != waiter.Owner().String() || *w.Description != wantWaiter || w.Kind != lock.KindFairlock {
+	if w := st.Queue[0]; w.Owner != waiter.Owner() || *w.Description != wantWaiter || w.Kind != inspect.KindFairlock {
 		t.Errorf("waiter = %+v (description %+v), want %s described as %+v, kind fairlock", w, *w.Description, waiter.Owner(), wantWaiter)
 	}
-	d, _ := api.Description()
-	if d != wantHolder {
-		t.Errorf("Client.Description = %+v, want %+v", d, wantHolder)
-	}
-
 	// The JSON "fairlock inspect --json" can print.
 	out, err := json.Marshal(st.Holders[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"owner":"` + holder.Owner().String() + `"`, `"count":1`, `"name":"orders-api"`, `"pid":`, `"host":`, `"kind":"fairlock"`} {
+	for _, want := range []string{`"owner":"` + holder.Owner() + `"`, `"count":1`, `"name":"orders-api"`, `"pid":`, `"host":`, `"kind":"fairlock"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("holder JSON %s lacks %s", out, want)
 		}
@@ -90,7 +86,7 @@ func TestDescription_LivesWithItsClient(t *testing.T) {
 	redistest.Eventually(t, 10*time.Second, "the description key", func() bool {
 		return asInt(t, mustDo(t, srv, "EXISTS", key)) == 1
 	})
-	var d lock.Description
+	var d inspect.Description
 	if err := json.Unmarshal([]byte(mustDo(t, srv, "GET", key).(string)), &d); err != nil || d.Name != "job 42" || d.PID != os.Getpid() {
 		t.Fatalf("description %+v, %v; want name %q and pid %d", d, err, "job 42", os.Getpid())
 	}
@@ -123,8 +119,8 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		from *lock.Client
-		want lock.ClientKind
-	}{{admin, lock.KindFairlock}, {plain, lock.KindFairlock}} {
+		want inspect.Kind
+	}{{admin, inspect.KindFairlock}, {plain, inspect.KindFairlock}} {
 		st, err := realMutex(t, tc.from, "kinds-fairlock").Inspect(ctx, 10)
 		if err != nil || st.DescriptionErr != nil {
 			t.Fatal(err, st.DescriptionErr)
@@ -143,10 +139,10 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 	if err != nil || st.DescriptionErr != nil {
 		t.Fatal(err, st.DescriptionErr)
 	}
-	if len(st.Holders) != 1 || st.Holders[0].Kind != lock.KindRedisson {
+	if len(st.Holders) != 1 || st.Holders[0].Kind != inspect.KindRedisson {
 		t.Errorf("Redisson holder: %+v, want kind redisson", st.Holders)
 	}
-	if len(st.Queue) != 1 || st.Queue[0].Kind != lock.KindRedisson || st.Queue[0].Description != nil {
+	if len(st.Queue) != 1 || st.Queue[0].Kind != inspect.KindRedisson || st.Queue[0].Description != nil {
 		t.Errorf("Redisson waiter: %+v, want kind redisson", st.Queue)
 	}
 
@@ -166,7 +162,7 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 	if err != nil || st.DescriptionErr != nil {
 		t.Fatal(err, st.DescriptionErr)
 	}
-	if len(st.Holders) != 1 || st.Holders[0].Kind != lock.KindRedisson {
+	if len(st.Holders) != 1 || st.Holders[0].Kind != inspect.KindRedisson {
 		t.Errorf("Redisson holder with nobody queued, after a fairlock hold: %+v, want kind redisson", st.Holders)
 	}
 }
@@ -174,7 +170,7 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 // TestWithDescription_RejectsBadNames: X10 for the option.
 func TestWithDescription_RejectsBadNames(t *testing.T) {
 	for _, name := range []string{strings.Repeat("x", 257), "bad \xff utf-8"} {
-		if _, err := lock.NewClient(unusedBackend{}, lock.WithDescription(name)); !errors.Is(err, lock.ErrInvalidOption) {
+		if _, err := lock.NewClient(unusedBackend{}, lock.WithDescription(name)); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("WithDescription(%.20q) = %v, want ErrInvalidOption", name, err)
 		}
 	}

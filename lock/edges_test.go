@@ -57,7 +57,7 @@ func downMutex(t *testing.T) *lock.Mutex {
 // error the caller did not cause. Its message is one line.
 func TestTryLock_ServerDownIsNotBusy(t *testing.T) {
 	m := downMutex(t)
-	_, err := m.TryLock(context.Background(), 50*time.Millisecond, lock.WatchdogLease)
+	_, err := m.TryLock(context.Background(), 50*time.Millisecond)
 	switch {
 	case !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED):
 		t.Fatalf("TryLock = %v, want ErrUnavailable wrapping the refused connection", err)
@@ -66,7 +66,7 @@ func TestTryLock_ServerDownIsNotBusy(t *testing.T) {
 	case strings.Contains(err.Error(), "\n"):
 		t.Fatalf("TryLock error spans lines: %q", err)
 	}
-	_, err = m.TryLockOnce(context.Background(), time.Second)
+	_, err = m.TryLockWithLease(context.Background(), 0, time.Second)
 	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLockOnce = %v, want ErrUnavailable", err)
 	}
@@ -95,7 +95,7 @@ func TestAPIEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []int64{0, -1} {
-		if _, err := c.NewMutex("orders", lock.WithOwnerID(id)); !errors.Is(err, lock.ErrInvalidOption) {
+		if _, err := c.NewMutex("orders", lock.WithOwnerID(id)); !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Errorf("WithOwnerID(%d): %v, want ErrInvalidOption", id, err)
 		}
 	}

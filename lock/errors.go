@@ -3,27 +3,26 @@ package lock
 import (
 	"errors"
 	"strings"
+
+	"github.com/fairlock/fairlock/backend"
 )
 
 // Sentinel errors. Every error the package returns wraps one of these (or a
-// context error, or a backend error) with the lock name and owner; test
-// with errors.Is.
+// context error, or a backend error) with the lock name and owner, on one
+// line; test with errors.Is.
 var (
 	// ErrInvalidName: the name is empty, or its keys would not share one
 	// cluster slot (for example "a{}b" or an unbalanced "{"). Nothing was
 	// sent to Redis.
 	ErrInvalidName = errors.New("lock: invalid lock name")
-	// ErrInvalidDuration: a lease, wait or option duration is not positive,
-	// is shorter than a millisecond, or is longer than MaxDuration. Nothing
-	// was sent to Redis.
-	ErrInvalidDuration = errors.New("lock: invalid duration")
-	// ErrInvalidOption: an option has a value the client cannot use.
-	ErrInvalidOption = errors.New("lock: invalid option")
-	// ErrNilContext: a nil context was passed. Nothing was sent to Redis.
-	ErrNilContext = errors.New("lock: nil context")
-	// ErrNotAcquired: TryLock's wait ran out, or TryLockOnce found the lock
-	// taken or others queued: the lock is busy. The owner is not left in
-	// the queue.
+	// ErrInvalidArgument: a nil context, a duration that is not positive,
+	// shorter than a millisecond or longer than ten years, an option value
+	// the client cannot use, or Extend of a hold the watchdog renews.
+	// Nothing was sent to Redis.
+	ErrInvalidArgument = errors.New("lock: invalid argument")
+	// ErrNotAcquired: TryLock's wait ran out, or its one attempt found the
+	// lock taken or others queued: the lock is busy. The owner is not left
+	// in the queue.
 	ErrNotAcquired = errors.New("lock: not acquired")
 	// ErrUnavailable: the server could not be reached, or could not
 	// answer yet (loading, failing over), on the call's last attempt, so
@@ -36,12 +35,8 @@ var (
 	ErrNotHeld = errors.New("lock: not held by this owner")
 	// ErrLockLost: a Hold ended without Unlock: its lease ran out, someone
 	// force-unlocked or deleted the lock, or renewal kept failing for longer
-	// than the lease (X7). Reported by Hold.Err.
+	// than the lease. Reported by Hold.Err.
 	ErrLockLost = errors.New("lock: lock lost")
-	// ErrWatchdogHold: Mutex.Extend on a hold the client's watchdog renews
-	// (taken by Lock, or re-entered by it): its lease is the watchdog's, not
-	// the caller's. Nothing was sent to Redis.
-	ErrWatchdogHold = errors.New("lock: hold is renewed by the watchdog")
 	// ErrReleased: Hold.Err after the owner's last Unlock.
 	ErrReleased = errors.New("lock: released")
 	// ErrNotReplicated: with WithReplicaAcks, an acquire that fewer
@@ -50,10 +45,10 @@ var (
 	ErrNotReplicated = errors.New("lock: acquire not replicated")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("lock: client closed")
-	// ErrUnexpectedReply: a script answered in a shape this version does
-	// not know (a different library version's scripts under the same SHA
-	// cannot happen; a misbehaving backend can).
-	ErrUnexpectedReply = errors.New("lock: unexpected reply")
+	// ErrUnexpectedReply: the server answered in a shape this version does
+	// not know (a misbehaving backend or proxy). It is
+	// backend.ErrUnexpectedReply, so either name matches.
+	ErrUnexpectedReply = backend.ErrUnexpectedReply
 )
 
 // lineError is several errors in one line, each usable with errors.Is

@@ -66,7 +66,7 @@ func Example() {
 
 	// Another owner cannot take it now.
 	other, _ := locks.NewMutex("orders")
-	_, err = other.TryLockOnce(ctx, lock.WatchdogLease)
+	_, err = other.TryLock(ctx, 0)
 	fmt.Println("other owner:", errors.Is(err, lock.ErrNotAcquired))
 
 	_ = m.Unlock(ctx)
@@ -74,7 +74,7 @@ func Example() {
 	<-hold.Done()
 	fmt.Println("hold ended:", hold.Err())
 
-	h2, err := other.TryLockOnce(ctx, time.Minute)
+	h2, err := other.TryLockWithLease(ctx, 0, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func ExampleMutex_TryLock() {
 		log.Fatal(err)
 	}
 	// Wait at most 50 ms; giving up leaves the queue.
-	_, err := second.TryLock(ctx, 50*time.Millisecond, lock.WatchdogLease)
+	_, err := second.TryLock(ctx, 50*time.Millisecond)
 	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
 	st, _ := first.Inspect(ctx, 10)
 	fmt.Println("queued:", st.QueueLength)

@@ -11,11 +11,11 @@ import (
 // Mutex.Extend: renew.lua with the new lease, through the owner's gate.
 
 // Extend makes h, a hold of this owner taken with an explicit lease
-// (LockWithLease, or TryLock and TryLockOnce with a lease), last at least
+// (LockWithLease or TryLockWithLease), last at least
 // lease from now, as redislock's Refresh and redsync's Extend do. The
 // server does it only while h is still the lock's hold (its owner and
 // fencing token); h's deadline then moves to the send time of the
-// acknowledged request plus lease, as a renewal moves it (X12). Extend
+// acknowledged request plus lease, as a renewal moves it. Extend
 // never shortens a hold: when more than lease is left, it stays.
 //
 // When the hold is gone - its lease ran out, someone force-unlocked or
@@ -25,11 +25,11 @@ import (
 // Extend returns its Err (ErrLockLost), or, for a released hold, an error
 // wrapping both ErrNotHeld and ErrReleased.
 //
-// Errors that change nothing in Redis: a nil ctx (ErrNilContext), a lease
-// that is not positive, under a millisecond or over MaxDuration (including
-// WatchdogLease; ErrInvalidDuration), a nil h or a hold of another owner
+// Errors that change nothing in Redis: a nil ctx, or a lease that is not
+// positive, under a millisecond or over ten years (ErrInvalidArgument), a
+// nil h or a hold of another owner
 // (ErrNotHeld), a hold the watchdog renews - taken by Lock or re-entered by
-// it (ErrWatchdogHold) - and a closed client (ErrClosed).
+// it (ErrInvalidArgument) - and a closed client (ErrClosed).
 //
 // Extend runs one at a time with this owner's other calls that change its
 // hold (Unlock, acquires), so it never races them: an Extend after Unlock

@@ -28,7 +28,7 @@ func TestExtend_KeepsTheHoldPastItsLease(t *testing.T) {
 	if err := m.Extend(ctx, h, 20*time.Second); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	if pttl := asInt(t, mustDo(t, srv, "PTTL", m.Key())); pttl < 10_000 {
+	if pttl := asInt(t, mustDo(t, srv, "PTTL", m.Keys()[0])); pttl < 10_000 {
 		t.Fatalf("PTTL after Extend = %d ms, want about 20 s", pttl)
 	}
 	// Three times the original lease: the hold must not end meanwhile.
@@ -44,7 +44,7 @@ func TestExtend_KeepsTheHoldPastItsLease(t *testing.T) {
 	if err := m.Extend(ctx, h, time.Second); err != nil {
 		t.Fatalf("second Extend: %v", err)
 	}
-	if pttl := asInt(t, mustDo(t, srv, "PTTL", m.Key())); pttl < 10_000 {
+	if pttl := asInt(t, mustDo(t, srv, "PTTL", m.Keys()[0])); pttl < 10_000 {
 		t.Fatalf("PTTL after a shorter Extend = %d ms, want it unchanged (about 20 s)", pttl)
 	}
 	if err := m.Unlock(ctx); err != nil {
@@ -70,9 +70,9 @@ func TestExtend_GoneHoldIsLockLost(t *testing.T) {
 			}
 		}},
 		{"expired on the server", time.Minute, func(t *testing.T, srv *redistest.Server, m, _ *lock.Mutex, _ *lock.Hold) {
-			mustDo(t, srv, "PEXPIRE", m.Key(), "1")
+			mustDo(t, srv, "PEXPIRE", m.Keys()[0], "1")
 			redistest.Eventually(t, 5*time.Second, "the lock hash to expire", func() bool {
-				return asInt(t, mustDo(t, srv, "EXISTS", m.Key())) == 0
+				return asInt(t, mustDo(t, srv, "EXISTS", m.Keys()[0])) == 0
 			})
 		}},
 		{"force-unlocked", time.Minute, func(t *testing.T, _ *redistest.Server, _, other *lock.Mutex, _ *lock.Hold) {
@@ -81,7 +81,7 @@ func TestExtend_GoneHoldIsLockLost(t *testing.T) {
 			}
 		}},
 		{"taken by another owner", time.Minute, func(t *testing.T, srv *redistest.Server, m, other *lock.Mutex, _ *lock.Hold) {
-			mustDo(t, srv, "PEXPIRE", m.Key(), "1")
+			mustDo(t, srv, "PEXPIRE", m.Keys()[0], "1")
 			if _, err := other.LockWithLease(testCtx(t, 10*time.Second), time.Minute); err != nil {
 				t.Fatalf("other owner: %v", err)
 			}
@@ -120,7 +120,7 @@ func TestExtend_GoneHoldIsLockLost(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return st.CountOf(m.Owner().String()) == 0
+				return st.CountOf(m.Owner()) == 0
 			})
 		})
 	}
@@ -173,7 +173,7 @@ func TestExtend_RacingUnlockNeverResurrects(t *testing.T) {
 		if !errors.Is(h.Err(), lock.ErrReleased) {
 			t.Fatalf("round %d: hold Err = %v, want ErrReleased", i, h.Err())
 		}
-		if n := asInt(t, mustDo(t, srv, "EXISTS", m.Key())); n != 0 {
+		if n := asInt(t, mustDo(t, srv, "EXISTS", m.Keys()[0])); n != 0 {
 			t.Fatalf("round %d: the lock hash exists after Unlock (Extend resurrected it)", i)
 		}
 	}
@@ -203,7 +203,7 @@ func TestExtend_Rejects(t *testing.T) {
 	if err := done.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := asInt(t, mustDo(t, srv, "PTTL", m.Key()))
+	before := asInt(t, mustDo(t, srv, "PTTL", m.Keys()[0]))
 
 	tests := []struct {
 		name  string
@@ -213,14 +213,14 @@ func TestExtend_Rejects(t *testing.T) {
 		lease time.Duration
 		want  []error
 	}{
-		{"nil context", m, nil, h, time.Minute, []error{lock.ErrNilContext}},
-		{"zero lease", m, ctx, h, 0, []error{lock.ErrInvalidDuration}},
-		{"WatchdogLease", m, ctx, h, lock.WatchdogLease, []error{lock.ErrInvalidDuration}},
-		{"sub-millisecond lease", m, ctx, h, 500 * time.Microsecond, []error{lock.ErrInvalidDuration}},
-		{"lease over MaxDuration", m, ctx, h, lock.MaxDuration + time.Hour, []error{lock.ErrInvalidDuration}},
+		{"nil context", m, nil, h, time.Minute, []error{lock.ErrInvalidArgument}},
+		{"zero lease", m, ctx, h, 0, []error{lock.ErrInvalidArgument}},
+		{"negative lease", m, ctx, h, -time.Second, []error{lock.ErrInvalidArgument}},
+		{"sub-millisecond lease", m, ctx, h, 500 * time.Microsecond, []error{lock.ErrInvalidArgument}},
+		{"lease over MaxDuration", m, ctx, h, (10 * 365 * 24 * time.Hour) + time.Hour, []error{lock.ErrInvalidArgument}},
 		{"nil hold", m, ctx, nil, time.Minute, []error{lock.ErrNotHeld}},
 		{"another owner's hold", realMutex(t, c, "extend-rejects"), ctx, h, time.Minute, []error{lock.ErrNotHeld}},
-		{"watchdog hold", wd, ctx, wdHold, time.Minute, []error{lock.ErrWatchdogHold}},
+		{"watchdog hold", wd, ctx, wdHold, time.Minute, []error{lock.ErrInvalidArgument}},
 		{"released hold", done, ctx, doneHold, time.Minute, []error{lock.ErrNotHeld, lock.ErrReleased}},
 	}
 	for _, tc := range tests {
@@ -236,7 +236,7 @@ func TestExtend_Rejects(t *testing.T) {
 	if h.Err() != nil || wdHold.Err() != nil {
 		t.Fatalf("a rejected Extend ended a hold: %v, %v", h.Err(), wdHold.Err())
 	}
-	if after := asInt(t, mustDo(t, srv, "PTTL", m.Key())); after > before {
+	if after := asInt(t, mustDo(t, srv, "PTTL", m.Keys()[0])); after > before {
 		t.Fatalf("PTTL grew from %d to %d ms: a rejected Extend changed the lock", before, after)
 	}
 	c.Close()

@@ -5,17 +5,6 @@ import (
 	"time"
 )
 
-// Owner identifies a lock owner: the client's ID and an owner number within
-// that client. Its String form "<ClientID>:<ID>" is the field in the lock
-// hash, as Redisson writes "<uuid>:<threadId>".
-type Owner struct {
-	ClientID string
-	ID       int64
-}
-
-// String returns "<ClientID>:<ID>".
-func (o Owner) String() string { return o.ClientID + ":" + itoa(o.ID) }
-
 // Hold is a held lock, returned by every successful acquire. Re-entering
 // returns the same Hold; the Hold ends when the owner's last Unlock
 // releases the lock (Err: ErrReleased) or when the lock is lost (Err wraps

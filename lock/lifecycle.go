@@ -345,7 +345,7 @@ func (o *owner) extension(h *Hold) (wire.Renew, wire.View, error) {
 	case o.hold != h:
 		return wire.Renew{}, wire.View{}, fmt.Errorf("%w: the hold is another owner's", ErrNotHeld)
 	case o.watchdog:
-		return wire.Renew{}, wire.View{}, ErrWatchdogHold
+		return wire.Renew{}, wire.View{}, fmt.Errorf("%w: the hold is renewed by the watchdog; Extend applies to holds with a fixed lease", ErrInvalidArgument)
 	}
 	return wire.Renew{Token: h.token, HoldLease: o.lease}, o.viewLocked(), nil
 }

@@ -277,7 +277,7 @@ func TestOwner_Deadline(t *testing.T) {
 func TestOwner_Extension(t *testing.T) {
 	o, _ := newTestOwner()
 	h := hold(t, o, 3)
-	if _, _, err := o.extension(h); !errors.Is(err, ErrWatchdogHold) {
+	if _, _, err := o.extension(h); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("watchdog hold: %v", err)
 	}
 	o.releasing(testLease)

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/lock/internal/wire"
+	"github.com/fairlock/fairlock/lock/observe"
 )
 
 // Mutex is one owner's handle on one fair lock. Create it with
@@ -23,8 +22,7 @@ type Mutex struct {
 	c       *Client
 	name    string
 	keys    wire.Keys
-	owner   Owner
-	field   string // owner.String(), the hash field and queue entry
+	field   string // "<clientID>:<ownerID>", the hash field and queue entry
 	channel string // this owner's wake-up channel
 
 	ownerKey string // the Client's registry key of this owner on this lock
@@ -33,68 +31,87 @@ type Mutex struct {
 // Name returns the lock name (without the client's key prefix).
 func (m *Mutex) Name() string { return m.name }
 
-// Owner returns the owner this Mutex acts for.
-func (m *Mutex) Owner() Owner { return m.owner }
-
-// Key returns the Redis key of the lock hash (prefix and name).
-func (m *Mutex) Key() string { return m.keys.Hash }
+// Owner returns the owner this Mutex acts for, "<clientID>:<ownerID>": the
+// field it holds in the lock hash, as Redisson writes "<uuid>:<threadId>".
+func (m *Mutex) Owner() string { return m.field }
 
 // Keys returns the Redis keys that hold the lock's state, in this order:
-// the lock hash (Key), the queue, Redisson's timeouts zset, fairlock's
-// liveness zset and the fencing-token counter (RULES.md, keyspace). They
-// share one hash slot. Unlock latches, one short-lived key per release
-// request, are not among them.
+// the lock hash (the key prefix and the name), the queue, Redisson's
+// timeouts zset, fairlock's liveness zset and the fencing-token counter.
+// They share one hash slot. Unlock latches, one short-lived key per
+// release request, are not among them.
 func (m *Mutex) Keys() []string { return m.keys.Script() }
 
-// Lock waits as long as ctx allows for the lock, in arrival order (FIFO),
-// and returns the Hold. The lease is the client's watchdog lease
-// (WithLease, default 30 s), renewed while held. Lock re-enters when this
-// owner already holds the lock. When ctx ends first, Lock leaves the queue
-// and returns an error wrapping ctx.Err(). Connection errors and a server
-// that is restarting do not end the wait: Lock retries with back-off,
-// keeping its queue place where its entry survived, until ctx ends, and
-// then returns an error wrapping both ctx.Err() and the last error (X14).
+// Lock waits as long as ctx allows for the lock, in arrival order (first
+// come, first served), and returns the Hold. The lease is the client's
+// (WithLease, 30 s by default), renewed by the client's watchdog every
+// third of it while held. Lock re-enters when this owner already holds the
+// lock. When ctx ends first, Lock leaves the queue and returns an error
+// wrapping ctx.Err(). Connection errors and a server that is restarting do
+// not end the wait: Lock retries with back-off, keeping its place in the
+// queue where its entry survived, until ctx ends, and then returns an
+// error wrapping ctx.Err(), ErrUnavailable and the last connection error.
 // An attempt in flight when ctx ends finishes first (at most 5 s).
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
-	return m.acquire(ctx, OpLock, 0, WatchdogLease)
+	return m.acquire(ctx, acquireSpec{op: observe.OpLock, watchdog: true})
 }
 
-// LockWithLease is Lock with an explicit lease and no watchdog: the lock
-// frees itself lease after it is granted unless released earlier, and the
-// Hold ends then with ErrLockLost.
+// LockWithLease is Lock with a fixed lease and no watchdog: the lock frees
+// itself lease after it is granted unless released (or extended, Extend)
+// earlier, and the Hold ends then with ErrLockLost. lease must be at least
+// a millisecond and at most ten years (ErrInvalidArgument).
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) (*Hold, error) {
-	return m.acquire(ctx, OpLock, 0, lease)
+	return m.acquire(ctx, acquireSpec{op: observe.OpLock, lease: lease})
 }
 
-// TryLock is Lock that gives up after wait, returning ErrNotAcquired; giving
-// up leaves the queue at once (B7). lease is an explicit lease, or
-// WatchdogLease for the renewed client lease.
-func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (*Hold, error) {
-	if err := checkDuration("wait", wait); err != nil {
-		return nil, m.errorf(err)
+// TryLock is Lock that gives up after wait and returns ErrNotAcquired, or
+// ErrUnavailable when its last attempt could not reach the server. Giving
+// up leaves the queue at once. With a wait of 0 it makes one attempt and
+// never queues: ErrNotAcquired while the lock is held or anyone is queued;
+// a connection error is returned at once (after undoing whatever the
+// attempt may have done).
+func (m *Mutex) TryLock(ctx context.Context, wait time.Duration) (*Hold, error) {
+	return m.acquire(ctx, acquireSpec{op: observe.OpTryLock, wait: wait, watchdog: true, try: true})
+}
+
+// TryLockWithLease is TryLock with a fixed lease and no watchdog, as
+// LockWithLease.
+func (m *Mutex) TryLockWithLease(ctx context.Context, wait, lease time.Duration) (*Hold, error) {
+	return m.acquire(ctx, acquireSpec{op: observe.OpTryLock, wait: wait, lease: lease, try: true})
+}
+
+// acquireSpec is what an acquire call asks for.
+type acquireSpec struct {
+	op       observe.Op
+	wait     time.Duration // TryLock: how long to wait (0: one attempt)
+	lease    time.Duration // the fixed lease; with watchdog, the client's
+	watchdog bool
+	try      bool // gives up after wait
+}
+
+// check validates the spec (nothing is sent for a bad one) and fills in
+// the watchdog lease.
+func (s *acquireSpec) check(c *Client) error {
+	if s.try && s.wait != 0 {
+		if err := checkDuration("wait", s.wait); err != nil {
+			return err
+		}
 	}
-	return m.acquire(ctx, OpTryLock, wait, lease)
-}
-
-// TryLockOnce makes one attempt and never queues: it returns ErrNotAcquired
-// while the lock is held or anyone is queued (B7). lease as for TryLock.
-// It does not retry: a connection error is returned at once (after
-// undoing whatever the attempt may have done).
-func (m *Mutex) TryLockOnce(ctx context.Context, lease time.Duration) (*Hold, error) {
-	return m.acquire(ctx, OpTryLockOnce, 0, lease)
+	if s.watchdog {
+		s.lease = c.cfg.lease
+		return nil
+	}
+	return checkDuration("lease", s.lease)
 }
 
 // errWaitExpired is the cause of TryLock's wait budget running out.
 var errWaitExpired = errors.New("wait expired")
 
-func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (*Hold, error) {
+func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	if ctx == nil {
-		return nil, m.errorf(ErrNilContext)
+		return nil, m.errorf(fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	watchdog := lease == WatchdogLease
-	if watchdog {
-		lease = m.c.cfg.lease
-	} else if err := checkDuration("lease", lease); err != nil {
+	if err := spec.check(m.c); err != nil {
 		return nil, m.errorf(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -105,9 +122,9 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 		return nil, m.errorf(err)
 	}
 	defer end()
-	var result AcquireResult
-	ctx, tr := m.observeAcquire(ctx, op, &result)
-	h, err := m.wait(ctx, op == OpTryLockOnce, wait, lease, watchdog, tr, &result)
+	var result observe.AcquireResult
+	ctx, tr := m.observeAcquire(ctx, spec.op, &result)
+	h, err := m.wait(ctx, spec, tr, &result)
 	if tr != nil {
 		result.Err = err
 		result.Outcome = acquireOutcome(err, result.HoldCount)
@@ -118,7 +135,7 @@ func (m *Mutex) acquire(ctx context.Context, op Op, wait, lease time.Duration) (
 
 // observeAcquire tells the observer, if any, of an acquire call starting,
 // and starts result's clock.
-func (m *Mutex) observeAcquire(ctx context.Context, op Op, result *AcquireResult) (context.Context, AcquireTracker) {
+func (m *Mutex) observeAcquire(ctx context.Context, op observe.Op, result *observe.AcquireResult) (context.Context, observe.AcquireTracker) {
 	obs := m.c.cfg.observer
 	if obs == nil {
 		return ctx, nil
@@ -130,33 +147,32 @@ func (m *Mutex) observeAcquire(ctx context.Context, op Op, result *AcquireResult
 
 // timedTracker sets the call's wait when it ends.
 type timedTracker struct {
-	AcquireTracker
+	observe.AcquireTracker
 	start  time.Time
-	result *AcquireResult
+	result *observe.AcquireResult
 }
 
-func (t timedTracker) End(r AcquireResult) {
+func (t timedTracker) End(r observe.AcquireResult) {
 	r.Wait = time.Since(t.start)
 	t.AcquireTracker.End(r)
 }
 
-// wait runs one acquire call (once: one attempt, never queued) for at most
-// wait (0: as long as ctx lasts) and records its result.
-func (m *Mutex) wait(ctx context.Context, once bool, wait, lease time.Duration, watchdog bool, tr AcquireTracker, result *AcquireResult) (*Hold, error) {
+// wait runs one acquire call and records its result.
+func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTracker, result *observe.AcquireResult) (*Hold, error) {
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
 	parent := ctx
-	if wait > 0 {
+	if spec.wait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, wait, errWaitExpired)
+		ctx, cancel = context.WithTimeoutCause(ctx, spec.wait, errWaitExpired)
 		defer cancel()
 	}
 	cfg := &m.c.cfg
 	w := &waiter{
-		m: m, o: o, lease: lease, watchdog: watchdog, tr: tr, result: result,
+		m: m, o: o, lease: spec.lease, watchdog: spec.watchdog, tr: tr, result: result,
 		retry: newRetrier(m.c.closing),
 		call: wire.Acquire{
-			Owner: m.field, Lease: lease, WaiterTimeout: cfg.waiterTimeout, Once: once,
+			Owner: m.field, Lease: spec.lease, WaiterTimeout: cfg.waiterTimeout, Once: spec.try && spec.wait == 0,
 			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
 		},
 	}
@@ -170,18 +186,18 @@ func (m *Mutex) wait(ctx context.Context, once bool, wait, lease time.Duration, 
 	return h, nil
 }
 
-func acquireOutcome(err error, count int) Outcome {
+func acquireOutcome(err error, count int) observe.Outcome {
 	switch {
 	case err == nil && count > 1:
-		return OutcomeReentered
+		return observe.OutcomeReentered
 	case err == nil:
-		return OutcomeAcquired
+		return observe.OutcomeAcquired
 	case errors.Is(err, ErrNotAcquired):
-		return OutcomeTimedOut
+		return observe.OutcomeTimedOut
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return OutcomeCancelled
+		return observe.OutcomeCancelled
 	}
-	return OutcomeError
+	return observe.OutcomeError
 }
 
 // waitErr turns a failed wait into the error the caller sees: the
@@ -265,8 +281,8 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		return m.errorf(err)
 	}
 	defer end()
-	var result ReleaseResult
-	ctx, tr := m.observeRelease(ctx, OpUnlock)
+	var result observe.ReleaseResult
+	ctx, tr := m.observeRelease(ctx, observe.OpUnlock)
 	if tr != nil {
 		defer func() { tr.End(releaseResult(result, err, errors.Is(err, ErrNotHeld))) }()
 	}
@@ -306,7 +322,7 @@ func (m *Mutex) endUnsent(err error) {
 }
 
 // observeRelease tells the observer, if any, of a release call starting.
-func (m *Mutex) observeRelease(ctx context.Context, op Op) (context.Context, ReleaseTracker) {
+func (m *Mutex) observeRelease(ctx context.Context, op observe.Op) (context.Context, observe.ReleaseTracker) {
 	if obs := m.c.cfg.observer; obs != nil {
 		return obs.StartRelease(ctx, m.call(op))
 	}
@@ -315,15 +331,15 @@ func (m *Mutex) observeRelease(ctx context.Context, op Op) (context.Context, Rel
 
 // releaseResult completes r for the observer: released unless err, or
 // notHeld.
-func releaseResult(r ReleaseResult, err error, notHeld bool) ReleaseResult {
+func releaseResult(r observe.ReleaseResult, err error, notHeld bool) observe.ReleaseResult {
 	r.Err = err
 	switch {
 	case notHeld:
-		r.Outcome = OutcomeNotHeld
+		r.Outcome = observe.OutcomeNotHeld
 	case err != nil:
-		r.Outcome = OutcomeError
+		r.Outcome = observe.OutcomeError
 	default:
-		r.Outcome = OutcomeReleased
+		r.Outcome = observe.OutcomeReleased
 	}
 	return r
 }
@@ -376,9 +392,9 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
 	}
-	ctx, tr := m.observeRelease(ctx, OpForceUnlock)
+	ctx, tr := m.observeRelease(ctx, observe.OpForceUnlock)
 	if tr != nil {
-		defer func() { tr.End(releaseResult(ReleaseResult{}, err, err == nil && !released)) }()
+		defer func() { tr.End(releaseResult(observe.ReleaseResult{}, err, err == nil && !released)) }()
 	}
 	n, err := m.evict(ctx, wire.Evict{Wake: m.wake()}, "force-unlocked")
 	return n == 1, err
@@ -428,7 +444,7 @@ func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, err
 
 func (m *Mutex) checkCall(ctx context.Context) error {
 	if ctx == nil {
-		return m.errorf(ErrNilContext)
+		return m.errorf(fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	if err := ctx.Err(); err != nil {
 		return m.errorf(err)
@@ -439,26 +455,10 @@ func (m *Mutex) checkCall(ctx context.Context) error {
 	return nil
 }
 
-func (m *Mutex) call(op Op) Call {
-	return Call{Op: op, Name: m.name, Owner: m.owner, Client: m.c.cfg.description}
+func (m *Mutex) call(op observe.Op) observe.Call {
+	return observe.Call{Op: op, Name: m.name, Owner: m.field, Client: m.c.cfg.description}
 }
 
 func (m *Mutex) errorf(err error) error {
 	return fmt.Errorf("lock %q (owner %s): %w", m.name, m.field, err)
-}
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// ParseOwner parses an owner field "<clientID>:<ownerID>" as found in the
-// lock hash and queue (Redisson writes "<uuid>:<threadId>").
-func ParseOwner(field string) (Owner, error) {
-	i := strings.LastIndexByte(field, ':')
-	if i <= 0 {
-		return Owner{}, fmt.Errorf("lock: owner field %q has no \"<client>:<id>\" form", field)
-	}
-	id, err := strconv.ParseInt(field[i+1:], 10, 64)
-	if err != nil {
-		return Owner{}, fmt.Errorf("lock: owner field %q: %w", field, err)
-	}
-	return Owner{ClientID: field[:i], ID: id}, nil
 }

@@ -2,32 +2,26 @@ package lock
 
 import (
 	"fmt"
+	"github.com/fairlock/fairlock/lock/inspect"
+	"github.com/fairlock/fairlock/lock/observe"
 	"os"
 	"time"
 	"unicode/utf8"
 )
 
-// Defaults. See the options that change them.
+// Defaults, as the options that change them say.
 const (
-	// DefaultLease is the lease of a hold renewed by the watchdog: the
-	// lock frees itself this long after its holder stops renewing (B6).
-	DefaultLease = 30 * time.Second
-	// DefaultWaiterTimeout is how long a queued owner stays in line without
-	// a heartbeat. Live waiters refresh their deadline every third of it
-	// (X2), so only a dead waiter is ever dropped, and it delays the queue
-	// by at most this long.
-	DefaultWaiterTimeout = 5 * time.Second
-	// DefaultRedissonSlack is Redisson's default fairLockWaitTimeout. The
-	// queue keys of a lock outlive the latest waiter deadline by this much,
-	// so a Redisson waiter that queues after the last fairlock operation
-	// still finds them (X15).
-	DefaultRedissonSlack = 5 * time.Minute
-	// MaxDuration is the longest lease or wait accepted.
-	MaxDuration = 10 * 365 * 24 * time.Hour
-	// WatchdogLease, passed as the lease of TryLock or TryLockOnce, asks
-	// for the client's watchdog lease (WithLease), renewed while held -
-	// what Lock does. It is the only non-positive lease accepted.
-	WatchdogLease time.Duration = -1
+	// defaultLease: a holder that stops renewing frees the lock this long
+	// after its last renewal.
+	defaultLease = 30 * time.Second
+	// defaultWaiterTimeout: live waiters refresh their deadline every
+	// third of it, so only a dead waiter is ever dropped, and it delays
+	// the queue by at most this long.
+	defaultWaiterTimeout = 5 * time.Second
+	// defaultRedissonSlack is Redisson's default fairLockWaitTimeout.
+	defaultRedissonSlack = 5 * time.Minute
+	// maxDuration is the longest lease or wait accepted: ten years.
+	maxDuration = 10 * 365 * 24 * time.Hour
 )
 
 // unlockLatchTTL is how long an unlock's result is kept for a retry of the
@@ -46,18 +40,18 @@ type config struct {
 	waiterTimeout time.Duration
 	keyPrefix     string
 	publish       string
-	observer      Observer
+	observer      observe.Observer
 	redissonSlack time.Duration
-	replicas      int           // X9: replicas that must acknowledge an acquire
-	replicaWait   time.Duration // X9: how long WAIT waits for them
-	description   *Description  // WithDescription; nil: none
-	cached        *cachedReads  // WithCachedReads; nil: off
+	replicas      int                  // X9: replicas that must acknowledge an acquire
+	replicaWait   time.Duration        // X9: how long WAIT waits for them
+	description   *inspect.Description // WithDescription; nil: none
+	cached        *cachedReads         // WithCachedReads; nil: off
 }
 
 // Option configures a Client.
 type Option func(*config) error
 
-// WithLease sets the watchdog lease (default DefaultLease, 30 s): holds
+// WithLease sets the watchdog lease (default 30 s): holds
 // taken by Lock are renewed to it every third of it while held, and a
 // crashed holder's lock frees itself after it. At least 3 ms.
 func WithLease(d time.Duration) Option {
@@ -66,7 +60,7 @@ func WithLease(d time.Duration) Option {
 			return err
 		}
 		if d < 3*time.Millisecond {
-			return fmt.Errorf("%w: lease %v is shorter than 3ms", ErrInvalidDuration, d)
+			return fmt.Errorf("%w: lease %v is shorter than 3ms", ErrInvalidArgument, d)
 		}
 		c.lease = d
 		return nil
@@ -74,15 +68,14 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithWaiterTimeout sets how long a queued owner may go without a
-// heartbeat before others treat it as dead (default DefaultWaiterTimeout,
-// 5 s). Waiters heartbeat every third of it. At least 3 ms.
+// heartbeat before others treat it as dead (default 5 s). Waiters heartbeat every third of it. At least 3 ms.
 func WithWaiterTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if err := checkDuration("waiter timeout", d); err != nil {
 			return err
 		}
 		if d < 3*time.Millisecond {
-			return fmt.Errorf("%w: waiter timeout %v is shorter than 3ms", ErrInvalidDuration, d)
+			return fmt.Errorf("%w: waiter timeout %v is shorter than 3ms", ErrInvalidArgument, d)
 		}
 		c.waiterTimeout = d
 		return nil
@@ -90,7 +83,7 @@ func WithWaiterTimeout(d time.Duration) Option {
 }
 
 // WithRedissonSlack sets how long a lock's queue keys outlive the latest
-// deadline of any waiter (default DefaultRedissonSlack, 5 min, Redisson's
+// deadline of any waiter (default 5 min, Redisson's
 // fairLockWaitTimeout): the room left for Redisson waiters, whose wait this
 // is, when they queue after the last fairlock operation on the lock. With
 // no Redisson clients a small value (a second) makes dead waiters' entries
@@ -141,7 +134,7 @@ func WithShardedPublish() Option {
 func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 	return func(c *config) error {
 		if replicas < 1 {
-			return fmt.Errorf("%w: replica count %d is not positive", ErrInvalidOption, replicas)
+			return fmt.Errorf("%w: replica count %d is not positive", ErrInvalidArgument, replicas)
 		}
 		if err := checkDuration("replica timeout", timeout); err != nil {
 			return err
@@ -153,10 +146,10 @@ func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 
 // WithObserver reports every acquire and release to o (default none; see
 // package otel). With no observer the lock does no tracing work at all.
-func WithObserver(o Observer) Option {
+func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
-			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
 		}
 		c.observer = o
 		return nil
@@ -178,14 +171,14 @@ func WithObserver(o Observer) Option {
 // readable) under any ACL in use. Clients that share locks must share the
 // key prefix (WithKeyPrefix) to find each other's descriptions. name may
 // be empty; it must be valid UTF-8 of at most 256 bytes, else the option
-// fails with ErrInvalidOption.
+// fails with ErrInvalidArgument.
 func WithDescription(name string) Option {
 	return func(c *config) error {
 		if len(name) > maxDescriptionName || !utf8.ValidString(name) {
-			return fmt.Errorf("%w: description name must be valid UTF-8 of at most %d bytes", ErrInvalidOption, maxDescriptionName)
+			return fmt.Errorf("%w: description name must be valid UTF-8 of at most %d bytes", ErrInvalidArgument, maxDescriptionName)
 		}
 		host, _ := os.Hostname() // "" when unknown; the name and PID still say who
-		c.description = &Description{Host: host, PID: os.Getpid(), Name: name}
+		c.description = &inspect.Description{Host: host, PID: os.Getpid(), Name: name}
 		return nil
 	}
 }
@@ -214,8 +207,8 @@ func WithDescription(name string) Option {
 // cache with it; so when invalidations stop arriving on a connection the
 // client still thinks alive, reads lag by at most maxStale. Each lock's
 // keys are read again at least every maxStale, so a minute suits a status
-// page. maxStale must be at least 1 ms and at most MaxDuration
-// (ErrInvalidDuration).
+// page. maxStale must be at least 1 ms and at most ten years
+// (ErrInvalidArgument).
 //
 // The cached reads are several plain commands, not one script: a cached
 // Inspect can show the holders and the queue from moments apart (by at
@@ -247,12 +240,12 @@ type mutexConfig struct {
 // instead of a fresh one. Two Mutexes of one Client with the same name and
 // owner ID are one owner: they re-enter each other's holds. Use it to share
 // ownership across goroutines deliberately, or to mirror a Java thread ID.
-// The ID must be positive (ErrInvalidOption), as Java thread IDs and the
+// The ID must be positive (ErrInvalidArgument), as Java thread IDs and the
 // IDs NewMutex picks are.
 func WithOwnerID(id int64) MutexOption {
 	return func(c *mutexConfig) error {
 		if id <= 0 {
-			return fmt.Errorf("%w: owner ID %d is not positive", ErrInvalidOption, id)
+			return fmt.Errorf("%w: owner ID %d is not positive", ErrInvalidArgument, id)
 		}
 		c.ownerID, c.ownerIDSet = id, true
 		return nil
@@ -263,11 +256,11 @@ func WithOwnerID(id int64) MutexOption {
 func checkDuration(what string, d time.Duration) error {
 	switch {
 	case d <= 0:
-		return fmt.Errorf("%w: %s %v is not positive", ErrInvalidDuration, what, d)
+		return fmt.Errorf("%w: %s %v is not positive", ErrInvalidArgument, what, d)
 	case d < time.Millisecond:
-		return fmt.Errorf("%w: %s %v is shorter than 1ms", ErrInvalidDuration, what, d)
-	case d > MaxDuration:
-		return fmt.Errorf("%w: %s %v exceeds MaxDuration", ErrInvalidDuration, what, d)
+		return fmt.Errorf("%w: %s %v is shorter than 1ms", ErrInvalidArgument, what, d)
+	case d > maxDuration:
+		return fmt.Errorf("%w: %s %v is longer than ten years", ErrInvalidArgument, what, d)
 	}
 	return nil
 }

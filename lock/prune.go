@@ -23,7 +23,7 @@ import (
 // dead head by themselves within the waiter timeout.
 func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 	if ctx == nil {
-		return 0, pruneErr(name, ErrNilContext)
+		return 0, pruneErr(name, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	m, err := c.NewMutex(name)
 	if err != nil {

@@ -39,7 +39,7 @@ func TestPruneWaiters_DropsDeadHeadAndWakesNext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(st.Queue) == 2 && st.Queue[1].Owner == live.Owner().String() && st.ServerTime.After(st.Queue[0].Deadline)
+		return len(st.Queue) == 2 && st.Queue[1].Owner == live.Owner() && st.ServerTime.After(st.Queue[0].Deadline)
 	})
 	n, err := admin.PruneWaiters(ctx, name)
 	if err != nil || n != 1 {
@@ -49,7 +49,7 @@ func TestPruneWaiters_DropsDeadHeadAndWakesNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.QueueLength > 1 || (len(st.Queue) == 1 && st.Queue[0].Owner != live.Owner().String()) {
+	if st.QueueLength > 1 || (len(st.Queue) == 1 && st.Queue[0].Owner != live.Owner()) {
 		t.Fatalf("queue after pruning: %+v, want only the live waiter (or nobody: it acquired)", st.Queue)
 	}
 	// Woken as head, the waiter waits no longer than the 4 s lease left.
@@ -91,7 +91,7 @@ func TestPruneWaiters_DropsDeadWaitersBehindLiveOnes(t *testing.T) {
 	}
 	queue, timeouts, alive := queueKeys(name)
 	got := mustDo(t, srv, "LRANGE", queue, "0", "-1").([]any)
-	if len(got) != 2 || got[0] != live.Owner().String() || got[1] != "live-redisson:1" {
+	if len(got) != 2 || got[0] != live.Owner() || got[1] != "live-redisson:1" {
 		t.Fatalf("queue after pruning = %v, want [%s live-redisson:1]", got, live.Owner())
 	}
 	for _, key := range []string{timeouts, alive} {
@@ -125,7 +125,7 @@ func TestPruneWaiters_Rejects(t *testing.T) {
 		t.Errorf("split name: %v, want ErrInvalidName", err)
 	}
 	var nilCtx context.Context
-	if _, err := c.PruneWaiters(nilCtx, "x"); !errors.Is(err, lock.ErrNilContext) {
+	if _, err := c.PruneWaiters(nilCtx, "x"); !errors.Is(err, lock.ErrInvalidArgument) {
 		t.Errorf("nil context: %v, want ErrNilContext", err)
 	}
 	if n, err := c.PruneWaiters(context.Background(), "nobody-waits"); err != nil || n != 0 {

@@ -67,6 +67,10 @@ func transient(err error) bool {
 		errors.Is(err, backend.ErrUnexpectedReply),
 		errors.Is(err, ErrUnexpectedReply),
 		errors.Is(err, ErrNotReplicated),
+		errors.Is(err, ErrLockLost),
+		errors.Is(err, ErrNotHeld),
+		errors.Is(err, ErrClosed),
+		errors.Is(err, ErrInvalidArgument),
 		errors.Is(err, context.Canceled):
 		return false
 	}

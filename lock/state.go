@@ -6,73 +6,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/lock/internal/wire"
 )
-
-// State is a snapshot of a lock, read atomically by one script (or, with
-// WithCachedReads, put together from cached reads: see there).
-type State struct {
-	// ServerTime is Redis' clock when the snapshot was taken (with
-	// WithCachedReads, the client's estimate of it).
-	ServerTime time.Time
-	// Holders lists the owner fields in the lock hash with their hold
-	// counts; empty when nobody holds the lock. Normally one entry.
-	Holders []Holder
-	// TTL is the lease left: 0 when free, -1 when the hash has no expiry.
-	TTL time.Duration
-	// Token is the latest fencing token issued for this lock (0: none yet).
-	Token int64
-	// QueueLength is the number of queued owners.
-	QueueLength int
-	// Queue lists the first queued owners, head first (as many as asked).
-	Queue []Waiter
-	// DescriptionErr is why Inspect could not read the owners' client
-	// descriptions and kinds (read after the snapshot, see Holder); nil
-	// when it could, or had nothing to read. The rest of the State is
-	// complete either way.
-	DescriptionErr error
-}
-
-// Holder is one field of the lock hash. The JSON names suit
-// "fairlock inspect --json".
-type Holder struct {
-	Owner string `json:"owner"` // "<clientID>:<ownerID>"; see ParseOwner
-	Count int    `json:"count"`
-	// Description is the description of the owner's client (see
-	// WithDescription); nil when it has none or the owner field has
-	// another form. Filled in by Inspect only.
-	Description *Description `json:"description,omitempty"`
-	// Kind says whether the owner's client is a fairlock or a Redisson
-	// client, when Inspect can tell (see ClientKind). Filled in by Inspect
-	// only.
-	Kind ClientKind `json:"kind,omitempty"`
-}
-
-// Waiter is one queued owner. The JSON names suit "fairlock inspect
-// --json".
-type Waiter struct {
-	Owner string `json:"owner"`
-	// Deadline is when others will treat the waiter as dead unless it
-	// heartbeats (zero if the timeouts zset has no entry for it, which
-	// makes it dead at once).
-	Deadline time.Time `json:"deadline"`
-	// Description and Kind are as for Holder.
-	Description *Description `json:"description,omitempty"`
-	Kind        ClientKind   `json:"kind,omitempty"`
-}
-
-// Locked reports whether anyone holds the lock.
-func (s State) Locked() bool { return len(s.Holders) > 0 }
-
-// CountOf returns the hold count of owner (0 if it does not hold).
-func (s State) CountOf(owner string) int {
-	for _, h := range s.Holders {
-		if h.Owner == owner {
-			return h.Count
-		}
-	}
-	return 0
-}
 
 // Inspect reads the lock's state with up to limit queue entries (0: none).
 // The read visits at most limit waiters.
@@ -84,19 +20,19 @@ func (s State) CountOf(owner string) int {
 // snapshot and State.DescriptionErr says why; IsLocked, IsHeldBy,
 // HoldCount and RemainTTL do not read them. With WithCachedReads both
 // reads go through the client-side cache.
-func (m *Mutex) Inspect(ctx context.Context, limit int) (State, error) {
+func (m *Mutex) Inspect(ctx context.Context, limit int) (inspect.State, error) {
 	return m.readState(ctx, wire.CachedAll, limit)
 }
 
 // readState is every read method: what kind needs of the lock's state,
 // from the cache (WithCachedReads, cached.go) or inspect.lua, which also
 // sets the cached reads' estimate of the server's clock.
-func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) (State, error) {
+func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) (inspect.State, error) {
 	if err := m.checkCall(ctx); err != nil {
-		return State{}, err
+		return inspect.State{}, err
 	}
 	if limit < 0 {
-		return State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidOption, limit))
+		return inspect.State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidArgument, limit))
 	}
 	if st, ok := m.cachedState(ctx, kind, limit); ok {
 		return st, nil
@@ -107,7 +43,7 @@ func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) 
 		cr.clock.observe(snap.Now, sent, time.Now(), err)
 	}
 	if err != nil {
-		return State{}, m.errorf(err)
+		return inspect.State{}, m.errorf(err)
 	}
 	st := stateOf(snap)
 	if kind == wire.CachedAll {
@@ -117,8 +53,8 @@ func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) 
 }
 
 // stateOf is the State a snapshot says.
-func stateOf(snap wire.Snapshot) State {
-	st := State{ServerTime: snap.Now, Token: snap.Token, QueueLength: snap.QueueLength}
+func stateOf(snap wire.Snapshot) inspect.State {
+	st := inspect.State{ServerTime: snap.Now, Token: snap.Token, QueueLength: snap.QueueLength}
 	switch {
 	case snap.HashTTL == -1:
 		st.TTL = -1
@@ -126,10 +62,10 @@ func stateOf(snap wire.Snapshot) State {
 		st.TTL = time.Duration(snap.HashTTL) * time.Millisecond
 	}
 	for _, h := range snap.Holders {
-		st.Holders = append(st.Holders, Holder{Owner: h.Owner, Count: h.Count})
+		st.Holders = append(st.Holders, inspect.Holder{Owner: h.Owner, Count: h.Count})
 	}
 	for _, q := range snap.Queue {
-		st.Queue = append(st.Queue, Waiter{Owner: q.Owner, Deadline: q.Deadline})
+		st.Queue = append(st.Queue, inspect.Waiter{Owner: q.Owner, Deadline: q.Deadline})
 	}
 	return st
 }
@@ -167,27 +103,28 @@ func (c *Client) retryRead(ctx context.Context, read func() error) error {
 	}
 }
 
-// IsLocked reports whether anyone holds the lock (B9).
+// IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	st, err := m.readState(ctx, wire.CachedHolders, 0)
 	return st.Locked(), err
 }
 
-// IsHeldBy reports whether owner holds the lock (B9).
-func (m *Mutex) IsHeldBy(ctx context.Context, owner Owner) (bool, error) {
+// IsHeldBy reports whether owner, "<clientID>:<ownerID>" (Mutex.Owner),
+// holds the lock.
+func (m *Mutex) IsHeldBy(ctx context.Context, owner string) (bool, error) {
 	st, err := m.readState(ctx, wire.CachedHolders, 0)
-	return st.CountOf(owner.String()) > 0, err
+	return st.CountOf(owner) > 0, err
 }
 
 // HoldCount returns this owner's hold count, 0 when it does not hold the
-// lock (B9).
+// lock.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	st, err := m.readState(ctx, wire.CachedHolders, 0)
 	return st.CountOf(m.field), err
 }
 
 // RemainTTL returns the lease left on the lock: 0 when it is free, -1 when
-// it has no expiry (B9).
+// it has no expiry.
 func (m *Mutex) RemainTTL(ctx context.Context) (time.Duration, error) {
 	st, err := m.readState(ctx, wire.CachedTTL, 0)
 	return st.TTL, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock/internal/wire"
+	"github.com/fairlock/fairlock/lock/observe"
 )
 
 // attemptTimeout bounds one acquire attempt. Attempts do not follow the
@@ -27,8 +28,8 @@ type waiter struct {
 	lease    time.Duration
 	watchdog bool
 	retry    *retrier
-	tr       AcquireTracker // nil without an observer
-	result   *AcquireResult
+	tr       observe.AcquireTracker // nil without an observer
+	result   *observe.AcquireResult
 
 	sub     *backend.Subscription // this owner's wake-up channel, once queued
 	watch   keyWatch              // the lock hash, while this owner is the head

@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/observe"
 	fairotel "github.com/fairlock/fairlock/otel"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -110,16 +111,16 @@ func BenchmarkObserverCallsOnly(b *testing.B) {
 			if err != nil {
 				b.Fatalf("NewObserver: %v", err)
 			}
-			owner := lock.Owner{ClientID: "6f1c1a52-3c2e-4b8e-9d57-0e2b8f7c1a90", ID: 1}
-			acq := lock.Call{Op: lock.OpLock, Name: "bench", Owner: owner}
-			rel := lock.Call{Op: lock.OpUnlock, Name: "bench", Owner: owner}
+			owner := "6f1c1a52-3c2e-4b8e-9d57-0e2b8f7c1a90:1"
+			acq := observe.Call{Op: observe.OpLock, Name: "bench", Owner: owner}
+			rel := observe.Call{Op: observe.OpUnlock, Name: "bench", Owner: owner}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
 				_, at := o.StartAcquire(ctx, acq)
-				at.End(lock.AcquireResult{Outcome: lock.OutcomeAcquired, Wait: 50 * time.Microsecond, HoldCount: 1, Token: 7})
+				at.End(observe.AcquireResult{Outcome: observe.OutcomeAcquired, Wait: 50 * time.Microsecond, HoldCount: 1, Token: 7})
 				_, rt := o.StartRelease(ctx, rel)
-				rt.End(lock.ReleaseResult{Outcome: lock.OutcomeReleased, Held: 50 * time.Microsecond})
+				rt.End(observe.ReleaseResult{Outcome: observe.OutcomeReleased, Held: 50 * time.Microsecond})
 			}
 		})
 	}

@@ -53,7 +53,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 			t.Fatalf("holder Lock: %v", err)
 		}
 	}
-	if _, err := other.TryLockOnce(ctx, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := other.TryLockWithLease(ctx, 0, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLockOnce on a held lock = %v, want ErrNotAcquired", err)
 	}
 	done := make(chan error, 1)
@@ -186,7 +186,7 @@ func TestLockNamesInMetrics_Capped(t *testing.T) {
 	e := newEnv(t, adapters[0], fairotel.WithLockNameInMetrics())
 	c := e.client()
 	for i := range fairotel.MaxMetricLockNames + extra {
-		if _, err := e.mutex(c, fmt.Sprintf("order:%d", i)).TryLockOnce(context.Background(), time.Minute); err != nil {
+		if _, err := e.mutex(c, fmt.Sprintf("order:%d", i)).TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
 			t.Fatalf("TryLockOnce order:%d: %v", i, err)
 		}
 	}

@@ -16,7 +16,7 @@
 // # Why a hook interface
 //
 // Package lock imports no telemetry library. It defines the small
-// lock.Observer interface, calls it at the points only the lock knows
+// observe.Observer interface, calls it at the points only the lock knows
 // about - when the owner joins the queue and at which position, each
 // wake-up, the outcome and fencing token, a hold lost in the background,
 // each watchdog renewal - and this package implements it. That keeps

@@ -60,7 +60,7 @@ func Example() {
 		if err != nil {
 			return err
 		}
-		h, err := m.TryLock(ctx, 5*time.Second, lock.WatchdogLease)
+		h, err := m.TryLock(ctx, 5*time.Second)
 		if errors.Is(err, lock.ErrNotAcquired) {
 			// The acquire span says outcome timed_out, with the queue
 			// position and wait time; its status is not an error.

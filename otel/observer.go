@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/observe"
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter: use it to
@@ -140,7 +141,7 @@ const MaxMetricLockNames = 50
 // stands for unlisted values in the semantic conventions' error.type.
 const otherName = "_OTHER"
 
-// Observer implements lock.Observer with OpenTelemetry spans and metrics.
+// Observer implements observe.Observer with OpenTelemetry spans and metrics.
 // Create it with NewObserver; it is safe for concurrent use and may be
 // shared by several lock clients. The zero value is not usable.
 type Observer struct {
@@ -159,7 +160,7 @@ type Observer struct {
 	holds holdSpans
 }
 
-var _ lock.Observer = (*Observer)(nil)
+var _ observe.Observer = (*Observer)(nil)
 
 // NewObserver returns an Observer that reports to the configured providers
 // (by default the global ones). It fails on an invalid option or when the
@@ -239,21 +240,21 @@ func failingOption[C any](_ func(*C) error, err error) func(*C) error {
 	return func(*C) error { return err }
 }
 
-// StartAcquire implements lock.Observer: it starts a fairlock.acquire span
+// StartAcquire implements observe.Observer: it starts a fairlock.acquire span
 // as a child of the span in ctx and returns ctx carrying it, so the Redis
 // commands of the acquire nest under it.
-func (o *Observer) StartAcquire(ctx context.Context, c lock.Call) (context.Context, lock.AcquireTracker) {
+func (o *Observer) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
 	ctx, span := o.startSpan(ctx, spanAcquire, c)
 	return ctx, &acquireTracker{o: o, ctx: ctx, span: span, call: c, name: o.metricName(c)}
 }
 
 // startSpan starts a span for call c as a child of the span in ctx.
-func (o *Observer) startSpan(ctx context.Context, name string, c lock.Call) (context.Context, trace.Span) {
+func (o *Observer) startSpan(ctx context.Context, name string, c observe.Call) (context.Context, trace.Span) {
 	ctx, span := o.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(
 			keyLockName.String(c.Name),
-			keyOwner.String(c.Owner.String()),
+			keyOwner.String(c.Owner),
 			keyOperation.String(string(c.Op)),
 		)
 		span.SetAttributes(clientAttrs(c)...)
@@ -263,7 +264,7 @@ func (o *Observer) startSpan(ctx context.Context, name string, c lock.Call) (con
 
 // clientAttrs describes the calling client on a span - who holds or waits
 // - when it has a description (lock.WithDescription).
-func clientAttrs(c lock.Call) []attribute.KeyValue {
+func clientAttrs(c observe.Call) []attribute.KeyValue {
 	if c.Client == nil {
 		return nil
 	}
@@ -278,12 +279,12 @@ type acquireTracker struct {
 	o      *Observer
 	ctx    context.Context // carries span, for exemplars
 	span   trace.Span
-	call   lock.Call
+	call   observe.Call
 	name   string // fairlock.lock.name in metrics, "" when left out
 	queued bool   // counted in fairlock.waiter.count
 }
 
-// Queued implements lock.AcquireTracker.
+// Queued implements observe.AcquireTracker.
 func (t *acquireTracker) Queued(position int) {
 	if t.queued {
 		return
@@ -295,21 +296,21 @@ func (t *acquireTracker) Queued(position int) {
 	}
 }
 
-// Woken implements lock.AcquireTracker.
+// Woken implements observe.AcquireTracker.
 func (t *acquireTracker) Woken(reconnect bool) {
 	if t.span.IsRecording() {
 		t.span.AddEvent(eventWoken, trace.WithAttributes(keyReconnect.Bool(reconnect)))
 	}
 }
 
-// End implements lock.AcquireTracker.
-func (t *acquireTracker) End(r lock.AcquireResult) {
+// End implements observe.AcquireTracker.
+func (t *acquireTracker) End(r observe.AcquireResult) {
 	o, span := t.o, t.span
 	if t.queued {
 		o.waiters.Add(t.ctx, -1, o.attrs.get(attrKey{name: t.name}).add...)
 	}
 	var errType string
-	if r.Outcome == lock.OutcomeError {
+	if r.Outcome == observe.OutcomeError {
 		errType = errorType(r.Err)
 	}
 	mo := o.attrs.get(attrKey{
@@ -336,16 +337,16 @@ func (t *acquireTracker) End(r lock.AcquireResult) {
 			span.SetStatus(codes.Error, r.Err.Error())
 		}
 		span.SetAttributes(attrs...)
-		if r.Outcome == lock.OutcomeAcquired {
+		if r.Outcome == observe.OutcomeAcquired {
 			o.holds.remember(t.call, r.Token, span.SpanContext())
 		}
 	}
 	span.End()
 }
 
-// StartRelease implements lock.Observer: it starts a fairlock.release span
+// StartRelease implements observe.Observer: it starts a fairlock.release span
 // as a child of the span in ctx.
-func (o *Observer) StartRelease(ctx context.Context, c lock.Call) (context.Context, lock.ReleaseTracker) {
+func (o *Observer) StartRelease(ctx context.Context, c observe.Call) (context.Context, observe.ReleaseTracker) {
 	ctx, span := o.startSpan(ctx, spanRelease, c)
 	return ctx, &releaseTracker{o: o, ctx: ctx, span: span, call: c}
 }
@@ -354,29 +355,29 @@ type releaseTracker struct {
 	o    *Observer
 	ctx  context.Context
 	span trace.Span
-	call lock.Call
+	call observe.Call
 }
 
-// End implements lock.ReleaseTracker.
-func (t *releaseTracker) End(r lock.ReleaseResult) {
+// End implements observe.ReleaseTracker.
+func (t *releaseTracker) End(r observe.ReleaseResult) {
 	o, span := t.o, t.span
 	if r.Held > 0 {
 		o.holdDuration.Record(t.ctx, r.Held.Seconds(),
 			o.attrs.get(attrKey{outcome: holdEndReleased, name: o.metricName(t.call)}).rec...)
 	}
-	if t.call.Op == lock.OpUnlock && r.Outcome == lock.OutcomeReleased && r.HoldCount == 0 {
+	if t.call.Op == observe.OpUnlock && r.Outcome == observe.OutcomeReleased && r.HoldCount == 0 {
 		o.holds.forget(t.call)
 	}
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 4)
 		attrs = append(attrs, keyOutcome.String(string(r.Outcome)))
-		if t.call.Op == lock.OpUnlock && r.Outcome == lock.OutcomeReleased {
+		if t.call.Op == observe.OpUnlock && r.Outcome == observe.OutcomeReleased {
 			attrs = append(attrs, keyHoldCount.Int(r.HoldCount))
 		}
 		if r.Held > 0 {
 			attrs = append(attrs, keyHoldDuration.Float64(r.Held.Seconds()))
 		}
-		if r.Outcome == lock.OutcomeError {
+		if r.Outcome == observe.OutcomeError {
 			attrs = append(attrs, keyErrorType.String(errorType(r.Err)))
 			span.SetStatus(codes.Error, r.Err.Error())
 		}
@@ -385,12 +386,12 @@ func (t *releaseTracker) End(r lock.ReleaseResult) {
 	span.End()
 }
 
-// HoldLost implements lock.Observer. The acquire span has ended by now, so
+// HoldLost implements observe.Observer. The acquire span has ended by now, so
 // the loss is a short fairlock.lease.lost span of its own, with status
 // Error and a fairlock.lease.lost event. It is a child of the acquire span
 // that began the hold when that span was recorded (so it shows in the same
 // trace, after it), else a root span.
-func (o *Observer) HoldLost(c lock.Call, token int64, held time.Duration, err error) {
+func (o *Observer) HoldLost(c observe.Call, token int64, held time.Duration, err error) {
 	ctx := context.Background()
 	if sc, ok := o.holds.take(c, token); ok {
 		ctx = trace.ContextWithSpanContext(ctx, sc)
@@ -402,7 +403,7 @@ func (o *Observer) HoldLost(c lock.Call, token int64, held time.Duration, err er
 	if span.IsRecording() {
 		span.SetAttributes(
 			keyLockName.String(c.Name),
-			keyOwner.String(c.Owner.String()),
+			keyOwner.String(c.Owner),
 			keyToken.Int64(token),
 			keyHoldDuration.Float64(held.Seconds()),
 			keyErrorType.String(errorType(err)),
@@ -417,10 +418,10 @@ func (o *Observer) HoldLost(c lock.Call, token int64, held time.Duration, err er
 	span.End()
 }
 
-// Renewed implements lock.Observer: it counts the renewal in
+// Renewed implements observe.Observer: it counts the renewal in
 // fairlock.lease.renewals, with error.type when it failed. Renewals make
 // no spans: there is one per hold every third of the lease.
-func (o *Observer) Renewed(c lock.Call, err error) {
+func (o *Observer) Renewed(c observe.Call, err error) {
 	var errType string
 	if err != nil {
 		errType = errorType(err)
@@ -430,7 +431,7 @@ func (o *Observer) Renewed(c lock.Call, err error) {
 
 // metricName is the fairlock.lock.name of c in metrics: "" (left out)
 // unless WithLockNameInMetrics was given.
-func (o *Observer) metricName(c lock.Call) string {
+func (o *Observer) metricName(c observe.Call) string {
 	if !o.nameInMetrics {
 		return ""
 	}
@@ -516,7 +517,7 @@ func errorType(err error) string {
 // through metricNames); nothing that differs between processes or clients
 // belongs here.
 type attrKey struct {
-	op      lock.Op
+	op      observe.Op
 	outcome string
 	errType string
 	name    string
@@ -574,7 +575,7 @@ func (a *attrCache) get(k attrKey) *measureOpts {
 // holdKey names a hold: one owner holds one lock at most once at a time.
 type holdKey struct {
 	name  string
-	owner lock.Owner
+	owner string
 }
 
 type heldSpan struct {
@@ -595,7 +596,7 @@ type holdSpans struct {
 	m  map[holdKey]heldSpan
 }
 
-func (h *holdSpans) remember(c lock.Call, token int64, sc trace.SpanContext) {
+func (h *holdSpans) remember(c observe.Call, token int64, sc trace.SpanContext) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
@@ -609,7 +610,7 @@ func (h *holdSpans) remember(c lock.Call, token int64, sc trace.SpanContext) {
 	h.n.Store(int64(len(h.m)))
 }
 
-func (h *holdSpans) forget(c lock.Call) {
+func (h *holdSpans) forget(c observe.Call) {
 	if h.n.Load() == 0 {
 		return
 	}
@@ -620,7 +621,7 @@ func (h *holdSpans) forget(c lock.Call) {
 }
 
 // take returns and forgets the acquire span of the hold with token.
-func (h *holdSpans) take(c lock.Call, token int64) (trace.SpanContext, bool) {
+func (h *holdSpans) take(c observe.Call, token int64) (trace.SpanContext, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey{c.Name, c.Owner}

@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestAcquireRelease_SpansNestUnderCallerAndOverRedis(t *testing.T) {
 		checkUnset(t, acq)
 		checkAttrs(t, acq, map[attribute.Key]any{
 			"fairlock.lock.name":      "orders",
-			"fairlock.owner":          m.Owner().String(),
+			"fairlock.owner":          m.Owner(),
 			"fairlock.operation":      "Lock",
 			"fairlock.outcome":        "acquired",
 			"fairlock.hold.count":     int64(1),
@@ -96,7 +97,7 @@ func TestAcquireRelease_SpansNestUnderCallerAndOverRedis(t *testing.T) {
 		checkUnset(t, rel)
 		checkAttrs(t, rel, map[attribute.Key]any{
 			"fairlock.lock.name":  "orders",
-			"fairlock.owner":      m.Owner().String(),
+			"fairlock.owner":      m.Owner(),
 			"fairlock.operation":  "Unlock",
 			"fairlock.outcome":    "released",
 			"fairlock.hold.count": int64(0),
@@ -141,7 +142,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		{
 			name: "TryLock timed out", op: "TryLock", outcome: "timed_out", busy: true,
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
-				_, err := m.TryLock(ctx, 50*time.Millisecond, lock.WatchdogLease)
+				_, err := m.TryLock(ctx, 50*time.Millisecond)
 				if !errors.Is(err, lock.ErrNotAcquired) {
 					t.Fatalf("TryLock = %v, want ErrNotAcquired", err)
 				}
@@ -151,7 +152,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		{
 			name: "TryLockOnce taken", op: "TryLockOnce", outcome: "timed_out", busy: true,
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
-				_, err := m.TryLockOnce(ctx, lock.WatchdogLease)
+				_, err := m.TryLock(ctx, 0)
 				if !errors.Is(err, lock.ErrNotAcquired) {
 					t.Fatalf("TryLockOnce = %v, want ErrNotAcquired", err)
 				}
@@ -161,7 +162,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		{
 			name: "TryLockOnce acquired", op: "TryLockOnce", outcome: "acquired",
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
-				h, err := m.TryLockOnce(ctx, time.Minute)
+				h, err := m.TryLockWithLease(ctx, 0, time.Minute)
 				if err != nil {
 					t.Fatalf("TryLockOnce: %v", err)
 				}
@@ -333,14 +334,14 @@ func TestAcquireError(t *testing.T) {
 		c := e.client()
 		m, other := e.mutex(c, "orders"), e.mutex(c, "orders")
 		// Scripts are loaded and the connection is up; then the server dies.
-		if _, err := m.TryLockOnce(context.Background(), time.Minute); err != nil {
+		if _, err := m.TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
 			t.Fatalf("TryLockOnce: %v", err)
 		}
 		e.srv.Kill(t)
 		ctx, req := e.request()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if _, err := other.TryLockOnce(cctx, time.Minute); err == nil || cctx.Err() != nil {
+		if _, err := other.TryLockWithLease(cctx, 0, time.Minute); err == nil || cctx.Err() != nil {
 			t.Fatalf("TryLockOnce on a dead server = %v (ctx %v), want a connection error before the deadline", err, cctx.Err())
 		}
 		req.End()
@@ -486,7 +487,7 @@ func TestLeaseLost(t *testing.T) {
 				}
 				checkAttrs(t, lost, map[attribute.Key]any{
 					"fairlock.lock.name":     "orders",
-					"fairlock.owner":         m.Owner().String(),
+					"fairlock.owner":         m.Owner(),
 					"fairlock.fencing.token": h.Token(),
 					"error.type":             "lock_lost",
 				})
@@ -617,7 +618,7 @@ func TestDefaultsAreGlobalProviders(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	m, _ := c.NewMutex("orders")
-	if _, err := m.TryLockOnce(context.Background(), time.Minute); err != nil {
+	if _, err := m.TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
 		t.Fatalf("TryLockOnce: %v", err)
 	}
 	got := spans.GetSpans()
@@ -675,10 +676,7 @@ func TestSpansDescribeTheClient(t *testing.T) {
 	dc := e.client(lock.WithDescription("orders-api"))
 	described := e.mutex(dc, "orders")
 	plain := e.mutex(e.client(), "orders")
-	desc, ok := dc.Description()
-	if !ok || desc.Host == "" || desc.PID == 0 {
-		t.Fatalf("Description() = %+v, %t, want host and pid filled in", desc, ok)
-	}
+	host, _ := os.Hostname()
 	for _, m := range []*lock.Mutex{described, plain} {
 		ctx, req := e.request()
 		if _, err := m.Lock(ctx); err != nil {
@@ -692,8 +690,8 @@ func TestSpansDescribeTheClient(t *testing.T) {
 		if m == described {
 			want = map[attribute.Key]any{
 				"fairlock.client.name": "orders-api",
-				"fairlock.client.host": desc.Host,
-				"fairlock.client.pid":  int64(desc.PID),
+				"fairlock.client.host": host,
+				"fairlock.client.pid":  int64(os.Getpid()),
 			}
 		}
 		checkAttrs(t, e.one("fairlock.acquire", req.SpanContext()), want)

@@ -59,7 +59,7 @@ func awaitAcquired(t *testing.T, acquired <-chan error, waiter *lock.Mutex) {
 		t.Fatal("the waiter was not woken: Lock still waiting 30s after the command")
 	}
 	st, err := waiter.Inspect(context.Background(), 1)
-	if err != nil || st.CountOf(waiter.Owner().String()) != 1 {
+	if err != nil || st.CountOf(waiter.Owner()) != 1 {
 		t.Fatalf("after the command: %+v, %v; want the waiter %s holding", st, err, waiter.Owner())
 	}
 }
@@ -107,7 +107,7 @@ func TestAdmin_Confirmation(t *testing.T) {
 	holder, _, waiter, acquired := heldWithWaiter(t, s.addr, "invoices")
 	held := func() bool {
 		st, err := holder.Inspect(context.Background(), 0)
-		return err == nil && st.CountOf(holder.Owner().String()) == 1
+		return err == nil && st.CountOf(holder.Owner()) == 1
 	}
 	for _, tc := range []struct {
 		name        string
@@ -141,7 +141,7 @@ func TestAdmin_Confirmation(t *testing.T) {
 	}
 	// The question shows the lock first; "YES" confirms.
 	r := runCLIEnv(t, env{stdin: strings.NewReader(" YES \n"), interactive: true}, "force-unlock", "invoices", "--addr", s.addr)
-	if r.code != exitOK || !strings.Contains(r.stderr, "client "+holder.Owner().ClientID) || !strings.Contains(r.stdout, `force-unlocked "invoices"`) {
+	if r.code != exitOK || !strings.Contains(r.stderr, "client "+strings.SplitN(holder.Owner(), ":", 2)[0]) || !strings.Contains(r.stdout, `force-unlocked "invoices"`) {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 	awaitAcquired(t, acquired, waiter)
@@ -200,7 +200,7 @@ func TestAdmin_InterruptedQuestion(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the interrupted question did not return")
 	}
-	if st, err := holder.Inspect(context.Background(), 0); err != nil || st.CountOf(holder.Owner().String()) != 1 {
+	if st, err := holder.Inspect(context.Background(), 0); err != nil || st.CountOf(holder.Owner()) != 1 {
 		t.Errorf("after the interrupt: %+v, %v; want the holder still holding", st, err)
 	}
 }
@@ -272,7 +272,7 @@ func TestAdmin_PruneWaiters(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	st, err = holder.Inspect(ctx, 10)
-	if err != nil || st.QueueLength != 1 || st.Queue[0].Owner != waiter.Owner().String() || st.CountOf(holder.Owner().String()) != 1 {
+	if err != nil || st.QueueLength != 1 || st.Queue[0].Owner != waiter.Owner() || st.CountOf(holder.Owner()) != 1 {
 		t.Fatalf("after prune-waiters: %+v, %v; want the holder holding and the live waiter alone in the queue", st, err)
 	}
 	// Now there is nothing to prune: no question.

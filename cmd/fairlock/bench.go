@@ -273,7 +273,7 @@ func benchContended(ctx context.Context, c *lock.Client, name string, workers, o
 		if err != nil {
 			return res, err
 		}
-		lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner().String()
+		lockers[i], owners[i] = lockbench.MutexLocker(m), m.Owner()
 	}
 	// The sampler reads the queue about every millisecond while the
 	// workers run: each snapshot predicts the next acquisitions. Every

@@ -135,7 +135,7 @@ func TestBinary_AdminWithoutTerminalNeedsYes(t *testing.T) {
 		}
 	}
 	st, err := m.Inspect(context.Background(), 0)
-	if err != nil || st.CountOf(m.Owner().String()) != 1 {
+	if err != nil || st.CountOf(m.Owner()) != 1 {
 		t.Fatalf("%+v, %v: the lock changed hands without a confirmation", st, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/observe"
 	"github.com/spf13/cobra"
 )
 
@@ -247,8 +248,8 @@ func (cfg demoConfig) run(ctx context.Context, e env) (rep demoReport, err error
 	}
 
 	rep = demoReport{Server: srv.String(), Embedded: srv.embedded != nil, Backend: ep.name,
-		ClientTracking: ep.tracking, Lock: d.spy.Key()}
-	fmt.Fprintf(d.out, "fairlock demo: %d workers on lock %q, %s, backend %s\n", cfg.workers, d.spy.Key(), srv, ep.name)
+		ClientTracking: ep.tracking, Lock: d.spy.Keys()[0]}
+	fmt.Fprintf(d.out, "fairlock demo: %d workers on lock %q, %s, backend %s\n", cfg.workers, d.spy.Keys()[0], srv, ep.name)
 	d.start = time.Now()
 
 	workers, err := d.fifoPhase(ctx)
@@ -276,7 +277,7 @@ func (cfg demoConfig) run(ctx context.Context, e env) (rep demoReport, err error
 	return rep, nil
 }
 
-func (d *demo) newClient(obs lock.Observer) (*lock.Client, error) {
+func (d *demo) newClient(obs observe.Observer) (*lock.Client, error) {
 	opts := append([]lock.Option{lock.WithLease(demoLease)}, d.cfg.conn.lockOptions()...)
 	if obs != nil {
 		opts = append(opts, lock.WithObserver(obs))
@@ -314,7 +315,7 @@ func (d *demo) newWorker(name string) (*demoWorker, error) {
 		return nil, err
 	}
 	d.mu.Lock()
-	d.names[m.Owner().String()] = name
+	d.names[m.Owner()] = name
 	d.mu.Unlock()
 	return &demoWorker{name: name, mutex: m, obs: obs,
 		holding: make(chan struct{}), done: make(chan struct{})}, nil
@@ -670,7 +671,7 @@ func (d *demo) summarise(rep *demoReport, workers []*demoWorker, lease leaseRepo
 		rep.Arrival = append(rep.Arrival, w.name)
 		waits = append(waits, w.acquired.Sub(w.called))
 		rep.Workers = append(rep.Workers, demoWorkerReport{
-			Name: w.name, Owner: w.mutex.Owner().String(),
+			Name: w.name, Owner: w.mutex.Owner(),
 			Arrived: millis(w.arrived.Sub(d.start)), Position: w.position,
 			Acquired: millis(w.acquired.Sub(d.start)), Token: w.token,
 			Waited: millis(w.acquired.Sub(w.called)), Held: millis(w.unlocked.Sub(w.acquired)),
@@ -758,7 +759,7 @@ func orNone(s string) string {
 }
 
 // workerObserver tells the demo when its worker queued and when its hold
-// was lost. It implements lock.Observer and lock.AcquireTracker.
+// was lost. It implements observe.Observer and observe.AcquireTracker.
 type workerObserver struct {
 	queued chan int // the queue position, once per acquire call that queued
 }
@@ -767,23 +768,23 @@ func newWorkerObserver() *workerObserver {
 	return &workerObserver{queued: make(chan int, 1)}
 }
 
-// StartAcquire implements lock.Observer.
-func (o *workerObserver) StartAcquire(ctx context.Context, _ lock.Call) (context.Context, lock.AcquireTracker) {
+// StartAcquire implements observe.Observer.
+func (o *workerObserver) StartAcquire(ctx context.Context, _ observe.Call) (context.Context, observe.AcquireTracker) {
 	return ctx, o
 }
 
-// StartRelease implements lock.Observer.
-func (o *workerObserver) StartRelease(ctx context.Context, _ lock.Call) (context.Context, lock.ReleaseTracker) {
+// StartRelease implements observe.Observer.
+func (o *workerObserver) StartRelease(ctx context.Context, _ observe.Call) (context.Context, observe.ReleaseTracker) {
 	return ctx, releaseIgnored{}
 }
 
-// HoldLost implements lock.Observer; the demo watches Hold.Done instead.
-func (o *workerObserver) HoldLost(lock.Call, int64, time.Duration, error) {}
+// HoldLost implements observe.Observer; the demo watches Hold.Done instead.
+func (o *workerObserver) HoldLost(observe.Call, int64, time.Duration, error) {}
 
-// Renewed implements lock.Observer.
-func (o *workerObserver) Renewed(lock.Call, error) {}
+// Renewed implements observe.Observer.
+func (o *workerObserver) Renewed(observe.Call, error) {}
 
-// Queued implements lock.AcquireTracker. It never blocks (observers must
+// Queued implements observe.AcquireTracker. It never blocks (observers must
 // be quick): a second position in one acquire is dropped.
 func (o *workerObserver) Queued(position int) {
 	select {
@@ -792,12 +793,12 @@ func (o *workerObserver) Queued(position int) {
 	}
 }
 
-// Woken implements lock.AcquireTracker.
+// Woken implements observe.AcquireTracker.
 func (o *workerObserver) Woken(bool) {}
 
-// End implements lock.AcquireTracker.
-func (o *workerObserver) End(lock.AcquireResult) {}
+// End implements observe.AcquireTracker.
+func (o *workerObserver) End(observe.AcquireResult) {}
 
 type releaseIgnored struct{}
 
-func (releaseIgnored) End(lock.ReleaseResult) {}
+func (releaseIgnored) End(observe.ReleaseResult) {}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -121,13 +122,13 @@ type holder struct {
 type clientInfo struct {
 	// Description is what the client says of itself (lock.WithDescription):
 	// host, pid and name; null when it says nothing.
-	Description *lock.Description `json:"description"`
-	// Kind is "fairlock", "redisson" or "unknown" (lock.ClientKind).
+	Description *inspect.Description `json:"description"`
+	// Kind is "fairlock", "redisson" or "unknown" (inspect.Kind).
 	Kind string `json:"kind"`
 }
 
-func newClientInfo(d *lock.Description, k lock.ClientKind) clientInfo {
-	if k == lock.KindUnknown {
+func newClientInfo(d *inspect.Description, k inspect.Kind) clientInfo {
+	if k == inspect.KindUnknown {
 		k = "unknown"
 	}
 	return clientInfo{Description: d, Kind: string(k)}
@@ -153,10 +154,10 @@ func (c clientInfo) String() string {
 		}
 		return who
 	}
-	switch lock.ClientKind(c.Kind) {
-	case lock.KindRedisson:
+	switch inspect.Kind(c.Kind) {
+	case inspect.KindRedisson:
 		return "Redisson client"
-	case lock.KindFairlock:
+	case inspect.KindFairlock:
 		return "fairlock client, no description"
 	}
 	return ""
@@ -256,17 +257,17 @@ func isTerminal(v any) bool {
 }
 
 // buildInspectReport turns a snapshot into the report, with warnings.
-func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
+func buildInspectReport(m *lock.Mutex, st inspect.State) inspectReport {
 	rep := inspectReport{
-		Name: m.Name(), Key: m.Key(), ServerTime: st.ServerTime.UTC(), Locked: st.Locked(),
+		Name: m.Name(), Key: m.Keys()[0], ServerTime: st.ServerTime.UTC(), Locked: st.Locked(),
 		Holders: []holder{}, Token: st.Token, QueueLength: st.QueueLength, Queue: []waiter{},
 		Warnings: []string{}, leaseLeft: st.TTL, LeaseLeft: millis(st.TTL), Exists: true,
 	}
 	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
 	for _, h := range st.Holders {
 		hr := holder{Owner: h.Owner, Count: h.Count, clientInfo: newClientInfo(h.Description, h.Kind)}
-		if o, err := lock.ParseOwner(h.Owner); err == nil {
-			hr.ClientID, hr.OwnerID = o.ClientID, o.ID
+		if id, n, err := inspect.ParseOwner(h.Owner); err == nil {
+			hr.ClientID, hr.OwnerID = id, n
 		} else {
 			warn("holder field %q is not \"<clientID>:<ownerID>\": not written by fairlock or Redisson", h.Owner)
 		}
@@ -283,8 +284,8 @@ func buildInspectReport(m *lock.Mutex, st lock.State) inspectReport {
 	}
 	for i, w := range st.Queue {
 		wr := waiter{Position: i + 1, Owner: w.Owner, clientInfo: newClientInfo(w.Description, w.Kind)}
-		if o, err := lock.ParseOwner(w.Owner); err == nil {
-			wr.ClientID, wr.OwnerID = o.ClientID, o.ID
+		if id, n, err := inspect.ParseOwner(w.Owner); err == nil {
+			wr.ClientID, wr.OwnerID = id, n
 		}
 		if w.Deadline.IsZero() {
 			wr.Dead = true

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/redistest"
 )
 
@@ -137,18 +138,18 @@ func TestInspect_FairlockLock(t *testing.T) {
 		if rep.Name != "orders" || rep.Key != "orders" || !rep.Locked || rep.Token != h.Token() || rep.ServerTime.IsZero() {
 			t.Errorf("report %+v; want orders locked with token %d", rep, h.Token())
 		}
-		if len(rep.Holders) != 1 || rep.Holders[0].Owner != holder.Owner().String() || rep.Holders[0].ClientID != c.ID() ||
-			rep.Holders[0].OwnerID != holder.Owner().ID || rep.Holders[0].Count != 2 {
+		if len(rep.Holders) != 1 || rep.Holders[0].Owner != holder.Owner() || rep.Holders[0].ClientID != c.ID() ||
+			!strings.HasSuffix(holder.Owner(), fmt.Sprintf(":%d", rep.Holders[0].OwnerID)) || rep.Holders[0].Count != 2 {
 			t.Errorf("holders %+v; want %s with count 2", rep.Holders, holder.Owner())
 		}
-		if rep.LeaseLeft <= 0 || rep.LeaseLeft > float64(lock.DefaultLease.Milliseconds()) {
+		if rep.LeaseLeft <= 0 || rep.LeaseLeft > float64((30*time.Second).Milliseconds()) {
 			t.Errorf("lease left %vms", rep.LeaseLeft)
 		}
 		if rep.QueueLength != 2 || len(rep.Queue) != 2 || len(rep.Warnings) != 0 {
 			t.Fatalf("queue %d %+v, warnings %q; want 2 live waiters, no warnings", rep.QueueLength, rep.Queue, rep.Warnings)
 		}
 		for i, q := range rep.Queue {
-			if q.Position != i+1 || q.Owner != waiters[i].Owner().String() || q.OwnerID != waiters[i].Owner().ID ||
+			if q.Position != i+1 || q.Owner != waiters[i].Owner() || !strings.HasSuffix(waiters[i].Owner(), fmt.Sprintf(":%d", q.OwnerID)) ||
 				q.Deadline == nil || q.DeadlineIn <= 0 || q.Dead {
 				t.Errorf("queue[%d] = %+v; want %s, live", i, q, waiters[i].Owner())
 			}
@@ -160,14 +161,14 @@ func TestInspect_FairlockLock(t *testing.T) {
 			t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 		}
 		line, rows := parseInspectText(t, r.stdout)
-		if want := fmt.Sprintf("client %s owner %d hold count 2", c.ID(), holder.Owner().ID); line != want {
+		if want := fmt.Sprintf("client %s owner %d hold count 2", c.ID(), ownerIDOf(holder.Owner())); line != want {
 			t.Errorf("holder line %q, want %q\n%s", line, want, r.stdout)
 		}
 		if len(rows) != 2 {
 			t.Fatalf("queue rows %+v\n%s", rows, r.stdout)
 		}
 		for i, row := range rows {
-			if row.pos != i+1 || row.client != c.ID() || row.owner != fmt.Sprint(waiters[i].Owner().ID) || row.markedDead {
+			if row.pos != i+1 || row.client != c.ID() || row.owner != fmt.Sprint(ownerIDOf(waiters[i].Owner())) || row.markedDead {
 				t.Errorf("row %d = %+v", i, row)
 			}
 		}
@@ -368,4 +369,10 @@ func TestInspect_Descriptions(t *testing.T) {
 	if _, rows := parseInspectText(t, r.stdout); len(rows) != 3 || rows[0].markedDead || rows[2].client != "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7" {
 		t.Errorf("rows %+v", rows)
 	}
+}
+
+// ownerIDOf returns the owner ID of an owner field "<clientID>:<ownerID>".
+func ownerIDOf(owner string) int64 {
+	_, id, _ := inspect.ParseOwner(owner)
+	return id
 }

@@ -724,12 +724,15 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"empty name", func() error { _, err := c.NewMutex(""); return err }(), lock.ErrInvalidName},
 		{"name whose keys split slots", func() error { _, err := c.NewMutex("a{}b"); return err }(), lock.ErrInvalidName},
-		{"zero lease", func() error { _, err := m.LockWithLease(context.Background(), 0); return err }(), lock.ErrInvalidDuration},
-		{"negative wait", func() error { _, err := m.TryLock(context.Background(), -time.Second, time.Second); return err }(), lock.ErrInvalidDuration},
-		{"overflowing lease", func() error { _, err := m.LockWithLease(context.Background(), lock.MaxDuration+1); return err }(), lock.ErrInvalidDuration},
-		{"nil context", func() error { _, err := m.Lock(nil); return err }(), lock.ErrNilContext}, //nolint:staticcheck // nil is the input under test
+		{"zero lease", func() error { _, err := m.LockWithLease(context.Background(), 0); return err }(), lock.ErrInvalidArgument},
+		{"negative wait", func() error {
+			_, err := m.TryLockWithLease(context.Background(), -time.Second, time.Second)
+			return err
+		}(), lock.ErrInvalidArgument},
+		{"overflowing lease", func() error { _, err := m.LockWithLease(context.Background(), (10*365*24*time.Hour)+1); return err }(), lock.ErrInvalidArgument},
+		{"nil context", func() error { _, err := m.Lock(nil); return err }(), lock.ErrInvalidArgument}, //nolint:staticcheck // nil is the input under test
 		{"cancelled context", func() error { _, err := m.Lock(cancelled); return err }(), context.Canceled},
-		{"nil context to Unlock", m.Unlock(nil), lock.ErrNilContext}, //nolint:staticcheck // nil is the input under test
+		{"nil context to Unlock", m.Unlock(nil), lock.ErrInvalidArgument}, //nolint:staticcheck // nil is the input under test
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.want) {

@@ -1,8 +1,14 @@
-package lock
+// Package observe is what package lock tells an observer of its calls,
+// for tracing and metrics (package otel implements it with
+// OpenTelemetry). Package lock imports no telemetry library, and with no
+// observer it does no tracing work at all.
+package observe
 
 import (
 	"context"
 	"time"
+
+	"github.com/fairlock/fairlock/lock/inspect"
 )
 
 // Op names a Mutex operation for an Observer.
@@ -11,8 +17,7 @@ type Op string
 // Operations reported to an Observer.
 const (
 	OpLock        Op = "Lock"
-	OpTryLock     Op = "TryLock"
-	OpTryLockOnce Op = "TryLockOnce"
+	OpTryLock     Op = "TryLock" // TryLock and TryLockWithLease
 	OpUnlock      Op = "Unlock"
 	OpForceUnlock Op = "ForceUnlock"
 )
@@ -24,7 +29,7 @@ type Outcome string
 const (
 	OutcomeAcquired  Outcome = "acquired"  // a new hold
 	OutcomeReentered Outcome = "reentered" // the holder acquired again
-	OutcomeTimedOut  Outcome = "timed_out" // TryLock's wait ran out, or TryLockOnce found it taken
+	OutcomeTimedOut  Outcome = "timed_out" // TryLock's wait ran out, or one attempt found it taken
 	OutcomeCancelled Outcome = "cancelled" // the caller's context ended
 	OutcomeReleased  Outcome = "released"  // Unlock or ForceUnlock did its work
 	OutcomeNotHeld   Outcome = "not_held"  // Unlock by a non-holder; ForceUnlock of a free lock
@@ -35,10 +40,10 @@ const (
 type Call struct {
 	Op    Op
 	Name  string // the lock name, without the key prefix
-	Owner Owner
-	// Client describes the calling client (WithDescription); nil without
-	// a description. Observers must not modify it.
-	Client *Description
+	Owner string // the owner field, "<clientID>:<ownerID>"
+	// Client describes the calling client (lock.WithDescription); nil
+	// without a description. Observers must not modify it.
+	Client *inspect.Description
 }
 
 // AcquireResult is what an acquire call ended with.
@@ -63,18 +68,17 @@ type ReleaseResult struct {
 }
 
 // Observer receives lock events for tracing and metrics. Package otel
-// implements it with OpenTelemetry; the lock package itself imports no
-// telemetry library. Methods are called synchronously and must be quick
-// and safe for concurrent use.
+// implements it with OpenTelemetry. Methods are called synchronously and
+// must be quick and safe for concurrent use.
 type Observer interface {
-	// StartAcquire is called when Lock, TryLock or TryLockOnce starts. The
+	// StartAcquire is called when an acquire call (Lock, TryLock, ...) starts. The
 	// returned context carries on to the Redis calls the acquire makes (so
 	// client spans nest under it), and the tracker hears the rest.
 	StartAcquire(ctx context.Context, c Call) (context.Context, AcquireTracker)
 	// StartRelease is called when Unlock or ForceUnlock starts.
 	StartRelease(ctx context.Context, c Call) (context.Context, ReleaseTracker)
-	// HoldLost is called once when a hold ends without Unlock (X7); err
-	// wraps ErrLockLost and says why.
+	// HoldLost is called once when a hold ends without Unlock; err wraps
+	// lock.ErrLockLost and says why.
 	HoldLost(c Call, token int64, held time.Duration, err error)
 	// Renewed is called for every watchdog renewal; err is nil on success.
 	Renewed(c Call, err error)
