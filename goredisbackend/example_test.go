@@ -21,14 +21,11 @@ func Example() {
 	}
 	defer srv.Close()
 
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  srv.Addr(),
+	b := goredisbackend.Dial(&redis.UniversalOptions{
+		Addrs:                 []string{srv.Addr()},
 		ContextTimeoutEnabled: true, // lock deadlines bound every call
 	})
-	defer rdb.Close()
-	b := goredisbackend.New(rdb)
-	defer b.Close()
-	locks, err := lock.NewClient(b)
+	locks, err := lock.NewClient(b) // locks.Close closes b, and b its client
 	if err != nil {
 		log.Fatal(err)
 	}

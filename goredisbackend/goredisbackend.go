@@ -87,8 +87,10 @@ import (
 // Backend implements backend.Backend on a go-redis client.
 type Backend struct {
 	client  redis.UniversalClient
+	owned   bool     // made by Dial: Close closes the client too
 	scripts sync.Map // SHA1 -> *redis.Script
 	hub     *pubsub.Hub
+	closing sync.Once
 }
 
 var (
@@ -102,6 +104,15 @@ var (
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
+	return b
+}
+
+// Dial returns a Backend on a new client made from opt
+// (redis.NewUniversalClient: standalone, sentinel or cluster, by the
+// options); closing the Backend closes that client too.
+func Dial(opt *redis.UniversalOptions) *Backend {
+	b := New(redis.NewUniversalClient(opt))
+	b.owned = true
 	return b
 }
 
@@ -217,8 +228,15 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 	return nil, fmt.Errorf("%w: goredisbackend does not watch keys (CLIENT TRACKING invalidations do not reach a go-redis PubSub reliably)", backend.ErrNotSupported)
 }
 
-// Close closes the subscription connection. It does not close the client.
-func (b *Backend) Close() error { return b.hub.Close() }
+// Close closes the subscription connection, and the client when Dial made
+// it (not one passed to New).
+func (b *Backend) Close() error {
+	err := b.hub.Close()
+	if b.owned {
+		b.closing.Do(func() { err = errors.Join(err, b.client.Close()) })
+	}
+	return err
+}
 
 // once is a command go-redis sends at most once: after a network error it
 // returns the error instead of sending the command again. Embedding the

@@ -16,8 +16,8 @@ import (
 
 // Client is one lock client: a client ID (a random UUID, as Redisson's),
 // one watchdog for all its holds, and a backend. Create Mutexes from it.
-// It is safe for concurrent use. Close it when done; Close does not close
-// the backend.
+// It is safe for concurrent use. Close it when done; Close closes the
+// backend too.
 type Client struct {
 	b       backend.Backend
 	id      string
@@ -49,10 +49,12 @@ type holdRef struct {
 	o *owner
 }
 
-// NewClient returns a Client that talks to Redis through b. Defaults: lease
-// 30 s (renewed every 10 s), waiter timeout 5 s, no key prefix, PUBLISH wake-ups, no observer,
-// no description. NewClient sends nothing to Redis itself; with
-// WithDescription the client writes its description in the background.
+// NewClient returns a Client that talks to Redis through b, and takes b:
+// Client.Close closes it (when NewClient fails, b stays the caller's).
+// Defaults: lease 30 s (renewed every 10 s), waiter timeout 5 s, no key
+// prefix, PUBLISH wake-ups, no observer, no description. NewClient sends
+// nothing to Redis itself; with WithDescription the client writes its
+// description in the background.
 func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
@@ -142,8 +144,8 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // the watchdog. Holds are not released: they end with ErrClosed on
 // Hold.Err and their locks free themselves when their leases run out.
 // Calls after Close return ErrClosed. With WithDescription, Close deletes
-// the client's description (waiting at most a second for Redis). Close
-// does not close the backend.
+// the client's description (waiting at most a second for Redis). Last,
+// Close closes the backend and returns what that returned.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -163,7 +165,7 @@ func (c *Client) Close() error {
 	for h, ref := range holds {
 		ref.o.end(h, ErrClosed)
 	}
-	return nil
+	return c.b.Close()
 }
 
 // begin counts a call in flight, or returns ErrClosed after Close. The

@@ -21,7 +21,7 @@ func newExampleClient(opts ...lock.Option) (*lock.Client, func()) {
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
+	b, err := rueidisbackend.Dial(rueidis.ClientOption{
 		InitAddress:       []string{srv.Addr()},
 		DisableCache:      true, // miniredis has no CLIENT TRACKING
 		ForceSingleClient: true,
@@ -29,15 +29,12 @@ func newExampleClient(opts ...lock.Option) (*lock.Client, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b := rueidisbackend.New(rc)
-	c, err := lock.NewClient(b, opts...)
+	c, err := lock.NewClient(b, opts...) // c.Close closes b, and b its client
 	if err != nil {
 		log.Fatal(err)
 	}
 	return c, func() {
 		c.Close()
-		b.Close()
-		rc.Close()
 		srv.Close()
 	}
 }

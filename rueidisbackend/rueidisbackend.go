@@ -34,8 +34,10 @@ import (
 // Backend implements backend.Backend on a rueidis.Client.
 type Backend struct {
 	client  rueidis.Client
+	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
 	scripts sync.Map // SHA1 -> *rueidis.Lua
+	closing sync.Once
 }
 
 var (
@@ -50,6 +52,18 @@ func New(client rueidis.Client) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
 	return b
+}
+
+// Dial returns a Backend on a new client made from opt; closing the
+// Backend closes that client too.
+func Dial(opt rueidis.ClientOption) (*Backend, error) {
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	b := New(client)
+	b.owned = true
+	return b, nil
 }
 
 func (b *Backend) lua(s *backend.Script) *rueidis.Lua {
@@ -123,8 +137,15 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 	return b.hub.WatchKey(ctx, key)
 }
 
-// Close closes the subscription connection. It does not close the client.
-func (b *Backend) Close() error { return b.hub.Close() }
+// Close closes the subscription connection, and the client when Dial made
+// it (not one passed to New).
+func (b *Backend) Close() error {
+	err := b.hub.Close()
+	if b.owned {
+		b.closing.Do(b.client.Close)
+	}
+	return err
+}
 
 func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
 	dc, _ := b.client.Dedicate()

@@ -36,8 +36,10 @@ import (
 // Backend implements backend.Backend on a valkey.Client.
 type Backend struct {
 	client  valkey.Client
+	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
 	scripts sync.Map // SHA1 -> *valkey.Lua
+	closing sync.Once
 }
 
 var (
@@ -52,6 +54,18 @@ func New(client valkey.Client) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
 	return b
+}
+
+// Dial returns a Backend on a new client made from opt; closing the
+// Backend closes that client too.
+func Dial(opt valkey.ClientOption) (*Backend, error) {
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	b := New(client)
+	b.owned = true
+	return b, nil
 }
 
 func (b *Backend) lua(s *backend.Script) *valkey.Lua {
@@ -125,8 +139,15 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 	return b.hub.WatchKey(ctx, key)
 }
 
-// Close closes the subscription connection. It does not close the client.
-func (b *Backend) Close() error { return b.hub.Close() }
+// Close closes the subscription connection, and the client when Dial made
+// it (not one passed to New).
+func (b *Backend) Close() error {
+	err := b.hub.Close()
+	if b.owned {
+		b.closing.Do(b.client.Close)
+	}
+	return err
+}
 
 func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
 	dc, _ := b.client.Dedicate()
