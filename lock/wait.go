@@ -105,7 +105,7 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 // attempt runs acquire.lua under the owner's gate and applies its reply.
 // A transient error leaves the outcome unknown: the same request (same
 // view, so it cannot apply twice) is sent again after a back-off until the
-// caller's context ends (X14), and then undone. TryLockOnce does not
+// caller's context ends (X14), and then undone. A single attempt does not
 // retry.
 func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) {
 	if err := w.o.enter(ctx); err != nil {

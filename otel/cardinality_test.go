@@ -108,7 +108,7 @@ func TestMetricSeries_BoundedAcrossRestarts(t *testing.T) {
 		"fairlock.acquire.attempts": {
 			"{fairlock.operation=Lock,fairlock.outcome=acquired}",
 			"{fairlock.operation=Lock,fairlock.outcome=reentered}",
-			"{fairlock.operation=TryLockOnce,fairlock.outcome=timed_out}",
+			"{fairlock.operation=TryLock,fairlock.outcome=timed_out}",
 		},
 		"fairlock.hold.duration":  {"{fairlock.outcome=lost}", "{fairlock.outcome=released}"},
 		"fairlock.lease.lost":     {"{}"},

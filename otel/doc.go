@@ -33,7 +33,7 @@
 // backend carries them, so a Redis client traced with rueidisotel or
 // valkeyotel shows its EVALSHA spans as their children.
 //
-//	fairlock.acquire    one per Lock, LockWithLease, TryLock, TryLockOnce
+//	fairlock.acquire    one per Lock, LockWithLease, TryLock, TryLockWithLease
 //	fairlock.release    one per Unlock, ForceUnlock
 //	fairlock.lease.lost one per hold that ended without Unlock
 //
@@ -44,7 +44,7 @@
 //	fairlock.client.name       the client's lock.WithDescription name     (all spans, described clients)
 //	fairlock.client.host       its host name                              (all spans, described clients)
 //	fairlock.client.pid        its process ID                             (all spans, described clients)
-//	fairlock.operation         Lock, TryLock, TryLockOnce, Unlock, ForceUnlock
+//	fairlock.operation         Lock, TryLock, Unlock, ForceUnlock
 //	fairlock.outcome           acquired, reentered, timed_out, cancelled, error;
 //	                           released, not_held, error on release
 //	fairlock.wait.duration     acquire: time from the call to its end
@@ -68,7 +68,7 @@
 // the lease-lost span.
 //
 // Status: Error only for real errors - outcome error, and a lost lease.
-// A timed-out TryLock, a TryLockOnce that found the lock taken, a
+// A timed-out TryLock, a TryLock with no wait that found the lock taken, a
 // cancelled wait and an Unlock by a non-holder are outcomes, not errors:
 // their status stays Unset and fairlock.outcome says what happened.
 //
@@ -98,7 +98,7 @@
 // # Cardinality
 //
 // Metric attribute sets are bounded, and the same in every process: they
-// are built only from fairlock.operation (Lock, TryLock, TryLockOnce),
+// are built only from fairlock.operation (Lock, TryLock),
 // fairlock.outcome, error.type (the names listed under Spans, _OTHER, or
 // the Go type of an error from elsewhere: a fixed set for a given build)
 // and, when asked for, the lock name. Nothing that differs between

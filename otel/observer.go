@@ -189,7 +189,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	var err, e error
 	o.acquireDuration, e = meter.Float64Histogram(metricAcquireDuration,
 		metric.WithUnit("s"),
-		metric.WithDescription("Duration of lock acquire calls (Lock, TryLock, TryLockOnce), by outcome."),
+		metric.WithDescription("Duration of lock acquire calls (Lock, TryLock), by outcome."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	err = errors.Join(err, e)
 	o.acquireAttempts, e = meter.Int64Counter(metricAcquireAttempts,

@@ -150,7 +150,7 @@ func TestAcquireOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "TryLockOnce taken", op: "TryLockOnce", outcome: "timed_out", busy: true,
+			name: "TryLockOnce taken", op: "TryLock", outcome: "timed_out", busy: true,
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
 				_, err := m.TryLock(ctx, 0)
 				if !errors.Is(err, lock.ErrNotAcquired) {
@@ -160,7 +160,7 @@ func TestAcquireOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "TryLockOnce acquired", op: "TryLockOnce", outcome: "acquired",
+			name: "TryLockOnce acquired", op: "TryLock", outcome: "acquired",
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
 				h, err := m.TryLockWithLease(ctx, 0, time.Minute)
 				if err != nil {
@@ -356,7 +356,7 @@ func TestAcquireError(t *testing.T) {
 		if et != "connection_closed" && et != "network" {
 			t.Errorf("error.type = %q, want connection_closed or network", et)
 		}
-		if _, ok := e.find("fairlock.acquire.attempts", attribute.String("fairlock.operation", "TryLockOnce"),
+		if _, ok := e.find("fairlock.acquire.attempts", attribute.String("fairlock.operation", "TryLock"),
 			attribute.String("fairlock.outcome", "error"), attribute.String("error.type", et)); !ok {
 			t.Errorf("no fairlock.acquire.attempts point with outcome error and error.type %q", et)
 		}
