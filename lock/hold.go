@@ -150,13 +150,19 @@ func (h *Hold) live() bool {
 // reentered records a re-entry (count from the server) sent at sent. A
 // hold stays renewed by the watchdog once any of its acquisitions asked
 // for it, so an inner explicit lease never ends an outer watchdog hold.
-func (h *Hold) reentered(count int, sent time.Time, lease time.Duration, watchdog bool) {
+// It reports false, recording nothing, when the hold has ended meanwhile
+// (an Unlock that gave up, a loss): an ended hold never comes back.
+func (h *Hold) reentered(count int, sent time.Time, lease time.Duration, watchdog bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.err != nil {
+		return false
+	}
 	h.count = count
 	h.watchdog = h.watchdog || watchdog
 	h.lease = max(h.lease, lease)
 	h.extendLocked(sent, lease)
+	return true
 }
 
 // released records the count left after an Unlock that left holds, sent

@@ -212,9 +212,16 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (leaveReply, error)
 // the same, the Hold ends (Err wraps ErrLockLost) and is no longer renewed,
 // so the lock frees itself within one lease whatever happened on the
 // server (X13); when those 2 s ran out before ctx did, Unlock's error wraps
-// ErrLockLost too, and the last connection error.
+// ErrLockLost too, and the last connection error. So does a ctx that has
+// ended before the release could be sent - already, or while Unlock
+// waited for its turn behind another call of the owner (an acquire
+// attempt of a goroutine sharing the Mutex, which may take seconds on a
+// slow connection): Unlock returns ctx's error, and the Hold ends.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
+		if ctx != nil && ctx.Err() != nil {
+			m.endUnsent(ctx.Err())
+		}
 		return err
 	}
 	end, err := m.c.begin()
@@ -242,6 +249,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
 	if err := o.enter(ctx); err != nil {
+		m.endUnsent(err)
 		return m.errorf(err)
 	}
 	defer o.exit()
@@ -274,6 +282,24 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		result.Held = time.Since(h.acquired)
 	}
 	return nil
+}
+
+// endUnsent ends the owner's hold, if it has a live one, for an Unlock
+// that gives up (for the reason err) before it could send its release, so
+// that nothing renews it again and the lock frees itself within the lease
+// (X13). It needs no gate: an attempt of the owner in flight meanwhile
+// that re-enters the hold finds it ended and gives its counts back
+// (waiter.giveBackEnded).
+func (m *Mutex) endUnsent(err error) {
+	m.c.mu.Lock()
+	o := m.c.owners[m.ownerKey]
+	m.c.mu.Unlock()
+	if o == nil {
+		return
+	}
+	if h := o.current(); h != nil {
+		h.end(fmt.Errorf("%w: unlock gave up before its release was sent (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err))
+	}
 }
 
 // release runs unlock.lua for the hold view describes (the lock lives at

@@ -19,8 +19,12 @@ type ownerState struct {
 	key  string
 	gate chan struct{}
 
+	// hold is the latest hold; it may have ended. Written under the gate;
+	// read outside it too, by an Unlock that gave up waiting for the gate
+	// and ends it (X13).
+	hold atomic.Pointer[Hold]
+
 	// guarded by the gate
-	hold *Hold // the latest hold; it may have ended
 	// lastSpent is the highest token of a grant the owner has taken up or
 	// given back (or the lock's token when it last left the queue): tokens
 	// only grow, so a grant message at or below it is stale.
@@ -53,8 +57,8 @@ func (o *ownerState) exit() { <-o.gate }
 
 // current returns the live hold, or nil. The caller holds the gate.
 func (o *ownerState) current() *Hold {
-	if o.hold.live() {
-		return o.hold
+	if h := o.hold.Load(); h.live() {
+		return h
 	}
 	return nil
 }

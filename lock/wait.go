@@ -138,16 +138,20 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 }
 
 // grant applies a granted attempt sent at sent: the live hold re-entered,
-// or a new hold.
+// or a new hold. A re-entry of a hold that ended while the attempt was in
+// flight is no hold (see giveBackEnded).
 func (w *waiter) grant(ctx context.Context, r acquireReply, sent time.Time) (*Hold, error) {
 	if live := w.o.current(); live != nil {
-		if live.token == r.token {
-			live.reentered(r.count, sent, w.lease, w.watchdog)
+		if live.token != r.token {
+			// The server replaced it (it had ended there: lease ran out or
+			// forced), so the client's hold was already lost.
+			live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
+		} else if live.reentered(r.count, sent, w.lease, w.watchdog) {
 			return live, nil
 		}
-		// The server replaced it (it had ended there: lease ran out or
-		// forced), so the client's hold was already lost.
-		live.end(fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost))
+	}
+	if known := w.call.view; known.token != 0 && known.token == r.token {
+		return nil, w.giveBackEnded(ctx, r)
 	}
 	h := newHold(r.token, r.count, sent, w.lease, w.lease, w.watchdog, w.m.holdEnded)
 	if err := w.start(ctx, h); err != nil {
@@ -170,8 +174,30 @@ func (w *waiter) start(ctx context.Context, h *Hold) error {
 		return err
 	}
 	w.o.queued.Store(false) // the grant took the owner out of the queue
-	w.o.hold = h
+	w.o.hold.Store(h)
 	return nil
+}
+
+// giveBackEnded handles the reply to a re-entry of the hold the client
+// knew when it sent the attempt, a hold that has ended since (an Unlock
+// that gave up waiting for the owner's turn, a loss; X13): the client has
+// told its holders it is over and renews it no more, so it must not come
+// back, as this call's hold or as a new one. Every count the server keeps
+// of it, the re-entry's included, is given back (best effort, bounded by
+// cleanupTimeout; what is left frees itself within the lease), so the
+// lock does not outlive the hold's end. It returns the call's error. The
+// caller holds the gate.
+func (w *waiter) giveBackEnded(ctx context.Context, r acquireReply) error {
+	ended := w.o.hold.Load()
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	for count := r.count; count > 0; count-- { // one count per release
+		left, _, err := w.m.release(cctx, holdView{token: r.token, count: count}, w.lease)
+		if err != nil || left <= 0 {
+			break
+		}
+	}
+	return fmt.Errorf("%w: the hold this call re-entered ended while the re-entry was on its way (%v); given back", ErrLockLost, ended.Err())
 }
 
 // adopt takes up a hand-over grant announced on the owner's channel (one
