@@ -27,6 +27,7 @@ func lifecycleCases() []testCase {
 		{name: "X12_SharedMutexNoFalseLoss", run: testX12SharedMutex},
 		{name: "X13_FailedUnlockFreesWithinOneLease", run: testX13FailedUnlock},
 		{name: "X13_UnlockRetryAfterTheLatchNeverReleasesTwice", run: testX13LateRetry},
+		{name: "X13_UnlockGivingUpItsTurnEndsTheHold", run: testX13UnlockGivesUpItsTurn},
 		{name: "X14_LostAcquireReplyIsRetriedNotDoubled", run: testX14LostReplyRetried},
 		{name: "X5_CloseDuringAcquireGivesTheGrantBack", run: testX5CloseDuringAcquire},
 	}
@@ -422,6 +423,84 @@ func testX13LateRetry(t *testing.T, s *suite) {
 	}
 	if n, _ := m.HoldCount(ctxFor(t, eventually)); n != 1 {
 		t.Errorf("hold count %d after one Unlock of two holds whose retry came after the latch, want 1", n)
+	}
+}
+
+// testX13UnlockGivesUpItsTurn: goroutines share one Mutex (one owner).
+// One re-enters, and its acquire stalls on the way to the server, holding
+// the owner's turn (one script of the owner at a time); another's Unlock
+// gives up waiting for that turn when its context ends. Whatever Unlock
+// returns, the hold must end (ErrLockLost) and no longer be renewed, and
+// the re-entry, landing afterwards, must not bring it back: the lock is
+// free within one lease of the Unlock call, and the owner's next Lock is a
+// new hold. The Unlock used to return before ending the hold, which stayed
+// held and renewed for as long as the process lived.
+func testX13UnlockGivesUpItsTurn(t *testing.T, s *suite) {
+	const lease = 600 * time.Millisecond
+	name := lockName(t)
+	fb := newFaulty(t, s)
+	m := mutexOf(t, clientOn(t, fb, lock.WithLease(lease)), name)
+	h := mustLock(t, m)
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	var stallOnce, resumeOnce sync.Once
+	resumeAll := func() { resumeOnce.Do(func() { close(resume) }) }
+	t.Cleanup(resumeAll) // registered after the client's Close: runs first
+	fb.mu.Lock()
+	fb.before = func(sc *backend.Script, keys, args []string) {
+		if sc.Name != "acquire" {
+			return
+		}
+		stallOnce.Do(func() {
+			close(stalled)
+			select { // the stalled connection, until the test resumes it
+			case <-resume:
+			case <-time.After(eventually):
+			}
+		})
+	}
+	fb.mu.Unlock()
+	reentry := goAcquire(func() (*lock.Hold, error) { return m.Lock(ctxFor(t, eventually)) })
+	select {
+	case <-stalled:
+	case <-time.After(eventually):
+		t.Fatal("the re-entry's acquire was never sent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lease/2)
+	defer cancel()
+	call := time.Now()
+	err := m.Unlock(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock while another call of the owner holds its turn: %v, want the context's deadline", err)
+	}
+	awaitDone(t, h, slack, "after an Unlock that gave up waiting for the owner's turn")
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", h.Err())
+	}
+	// The re-entry reaches the server now, after the Unlock gave up.
+	resumeAll()
+	r := await(t, reentry, eventually, "the re-entry in flight")
+	switch {
+	case r.err == nil && r.h.Err() == nil:
+		t.Errorf("the re-entry landing after the Unlock gave up returned a live hold (token %d, old %d): the ended hold came back", r.h.Token(), h.Token())
+	case r.err != nil && !errors.Is(r.err, lock.ErrLockLost):
+		t.Errorf("the re-entry landing after the Unlock gave up: %v, want ErrLockLost", r.err)
+	}
+	other := s.newProc(t).mutex(t, name)
+	redistest.Eventually(t, lease+slack, "the lock to be free within one lease of the Unlock that gave up", func() bool {
+		locked, err := other.IsLocked(ctxFor(t, eventually))
+		return err == nil && !locked
+	})
+	t.Logf("lock free %v after the Unlock call (lease %v)", time.Since(call), lease)
+	h2 := mustLock(t, m)
+	if h2 == h || h2.Token() <= h.Token() {
+		t.Errorf("Lock after the ended hold: token %d (old %d), want a new hold", h2.Token(), h.Token())
+	}
+	if n, _ := m.HoldCount(ctxFor(t, eventually)); n != 1 {
+		t.Errorf("hold count %d after a new Lock, want 1", n)
+	}
+	mustUnlock(t, m)
+	if locked, _ := other.IsLocked(ctxFor(t, eventually)); locked {
+		t.Error("lock still held after the one Unlock of the new hold")
 	}
 }
 

@@ -41,6 +41,8 @@ func ruleCases() []testCase {
 		{name: "X1_DeadlinesUseServerTime", run: testX1ServerTime},
 		{name: "X2_LongHoldKeepsLiveWaitersInOrder", run: testX2LongHold},
 		{name: "X2_CrashedWaiterDelaysAtMostWaiterTimeout", run: testX2CrashedWaiter},
+		{name: "X2_StalledKeyWatchKeepsTheHeadFirst", run: testX2StalledKeyWatch},
+		{name: "X2_StalledSubscribeKeepsTheWaitersFirst", run: testX2StalledSubscribe},
 		{name: "X3_LeaseExpiryWakesHead", run: testX3LeaseExpiry},
 		{name: "X3_HashDeletedByHandWakesHead", run: testX3DeletedByHand},
 		{name: "X3_HeadGivingUpWakesNext", run: testX3HeadGivesUp},

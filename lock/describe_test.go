@@ -171,7 +171,7 @@ func TestInspect_TellsRedissonOwners(t *testing.T) {
 func TestWithDescription_RejectsBadNames(t *testing.T) {
 	for _, name := range []string{strings.Repeat("x", 257), "bad \xff utf-8"} {
 		if _, err := lock.NewClient(unusedBackend{}, lock.WithDescription(name)); !errors.Is(err, lock.ErrInvalidArgument) {
-			t.Errorf("WithDescription(%.20q) = %v, want ErrInvalidOption", name, err)
+			t.Errorf("WithDescription(%.20q) = %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	c, err := lock.NewClient(unusedBackend{}, lock.WithDescription(""))
@@ -190,6 +190,9 @@ type unusedBackend struct{ backend.Backend }
 func (unusedBackend) Eval(context.Context, *backend.Script, []string, []string) (backend.Reply, error) {
 	return backend.Reply{}, backend.ErrClosed
 }
+
+// Close is called by Client.Close, which closes its backend.
+func (unusedBackend) Close() error { return nil }
 
 func (unusedBackend) EvalBatch(_ context.Context, calls []backend.Call) []backend.Result {
 	out := make([]backend.Result, len(calls))

@@ -32,6 +32,7 @@ type waiter struct {
 	result   *observe.AcquireResult
 
 	sub     *backend.Subscription // this owner's wake-up channel, once queued
+	subbing *background           // its Subscribe in flight (startSubscribe)
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
 	lastAck time.Time // send time of the latest attempt that queued the owner
@@ -48,6 +49,7 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 		w.sub = c.takeParked(w.o)
 	}
 	h, err := w.loop(ctx)
+	w.stopSubscribing()
 	if w.sub != nil {
 		c.park(w.o, w.sub)
 	}
@@ -77,13 +79,8 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			return nil, ErrNotAcquired
 		}
 		w.noteQueued(r.Position)
-		if w.sub == nil {
-			if err := w.subscribe(ctx); err != nil {
-				return nil, err
-			}
-			// Check again: a release between the attempt and the
-			// subscription published to nobody.
-			continue
+		if w.sub == nil && w.subbing == nil {
+			w.startSubscribe(ctx)
 		}
 		if r.Head {
 			w.becameHead()
@@ -258,22 +255,64 @@ func (w *waiter) leave(ctx context.Context) {
 	_ = w.giveBack(ctx, w.o.view())
 }
 
-// subscribe subscribes to the owner's wake-up channel, riding through
-// transient errors until ctx ends (X14).
-func (w *waiter) subscribe(ctx context.Context) error {
-	for {
-		sub, err := w.m.c.b.Subscribe(ctx, w.m.channel)
-		if err == nil {
-			w.sub = sub
-			return nil
+// startSubscribe subscribes to the owner's wake-up channel beside the
+// wait loop (background.go), riding through transient errors with
+// back-off for at most subscribeTimeout (X14). Meanwhile the waiter keeps
+// its heartbeat, and the head its attempt at the lease's end, by their
+// timers (X2, X3); once the subscription is confirmed the waiter attempts
+// again at once (sleep), since a release between its attempt and the
+// subscription published to nobody.
+func (w *waiter) startSubscribe(ctx context.Context) {
+	c, channel := w.m.c, w.m.channel
+	w.subbing = c.goBackground(ctx, subscribeTimeout, func(ctx context.Context) (*backend.Subscription, error) {
+		retry := newRetrier(c.closing)
+		for {
+			sub, err := c.b.Subscribe(ctx, channel)
+			if err == nil || ctx.Err() != nil || !transient(err) {
+				return sub, err
+			}
+			if err := retry.pause(ctx, err); err != nil {
+				return nil, err
+			}
 		}
-		if ctx.Err() != nil || !transient(err) {
-			return err
-		}
-		if err := w.retry.pause(ctx, err); err != nil {
-			return err
-		}
+	})
+}
+
+// subscribed applies the result of the Subscribe in flight. It reports
+// whether the waiter is subscribed now, or the error that ends its call:
+// ctx's, or one that is not transient. After a transient one (the try
+// ran out of time on a stalled connection) another try starts.
+func (w *waiter) subscribed(ctx context.Context, r backgroundResult) (bool, error) {
+	w.subbing = nil
+	switch {
+	case r.err == nil:
+		w.sub = r.sub
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case !transient(r.err), errors.Is(r.err, ErrClosed):
+		return false, r.err
 	}
+	w.startSubscribe(ctx)
+	return false, nil
+}
+
+// stopSubscribing ends the Subscribe in flight, if any, when the call
+// ends; a subscription it has made is kept (parked, in run).
+func (w *waiter) stopSubscribing() {
+	if sub := w.subbing.stop(); sub != nil {
+		w.sub = sub
+	}
+	w.subbing = nil
+}
+
+// events returns the wake-ups of the owner's channel, or nil (blocks
+// forever) while not subscribed.
+func (w *waiter) events() <-chan backend.Event {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.Events()
 }
 
 // watchDelay is how long an owner waits first in line before it watches
@@ -302,15 +341,19 @@ func (w *waiter) notHead() {
 // hand-over grant the wake-up announced, if any. A wake-up that only says
 // the owner is now first in line, and how long the hold has left
 // ("head:<ms>", wake in prelude.lua), shortens the wait without a round
-// trip; a head that has waited watchDelay starts watching the lock hash
-// (one try per sleep: a failed watch costs only the early wake-up).
-// Since Go 1.23 Reset also discards a tick nobody received.
+// trip; a head that has waited watchDelay, subscribed, starts watching the
+// lock hash (one try per sleep: a failed watch costs only the early
+// wake-up). The subscription and the watch are made beside the sleep
+// (background.go), whose timer runs meanwhile, whatever the subscription
+// connection does (X2); a subscription confirmed ends the sleep, for an
+// attempt (startSubscribe). Since Go 1.23 Reset also discards a tick
+// nobody received.
 func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, error) {
 	end := time.Now().Add(max(hint, time.Millisecond))
 	tried := false
 	for {
 		wake := end
-		if !tried && !w.headAt.IsZero() && w.watch.sub == nil {
+		if !tried && !w.headAt.IsZero() && w.sub != nil && w.watch.idle() {
 			armAt := w.headAt.Add(watchDelay)
 			if !time.Now().Before(armAt) {
 				w.watch.arm(ctx, w.m)
@@ -325,7 +368,7 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 			w.timer.Reset(time.Until(wake))
 		}
 		select {
-		case e := <-w.sub.Events():
+		case e := <-w.events():
 			w.woke(e)
 			msg := wire.ParseMessage(e.Payload)
 			if msg.Kind != wire.Head {
@@ -341,11 +384,17 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 			// reader deliver it, and take the grant without a round trip.
 			runtime.Gosched()
 			select {
-			case e := <-w.sub.Events():
+			case e := <-w.events():
 				return wire.ParseMessage(e.Payload), nil
 			default:
 			}
 			return wire.Message{}, nil
+		case r := <-w.subbing.result():
+			if ok, err := w.subscribed(ctx, r); ok || err != nil {
+				return wire.Message{}, err
+			}
+		case r := <-w.watch.armed():
+			w.watch.settle(w.m, r)
 		case <-w.timer.C:
 			if !time.Now().Before(end) {
 				return wire.Message{}, nil
@@ -412,22 +461,40 @@ func (c *Client) evalAcquire(ctx context.Context, k wire.Keys, a wire.Acquire) (
 // a change that publishes nothing - a DEL by hand, an expiry - wakes it at
 // once rather than at its timer.
 type keyWatch struct {
-	sub *backend.Subscription
+	sub    *backend.Subscription
+	arming *background // a WatchKey in flight (arm)
 }
 
-// arm starts watching unless already watching or the backend cannot; a
-// failure only costs the early wake-up, never the wait.
+// idle reports whether the head neither watches nor is arming a watch.
+func (w *keyWatch) idle() bool { return w.sub == nil && w.arming == nil }
+
+// arm starts arming a watch beside the wait loop (background.go), unless
+// one is armed or arming already or the backend cannot; a failure, or a
+// subscription connection that stalls, only costs the early wake-up,
+// never the wait or the heartbeat (X2).
 func (w *keyWatch) arm(ctx context.Context, m *Mutex) {
 	kw, ok := m.c.b.(backend.KeyWatcher)
-	if w.sub != nil || !ok || m.c.noKeyWatch.Load() {
+	if !w.idle() || !ok || m.c.noKeyWatch.Load() {
 		return
 	}
-	sub, err := kw.WatchKey(ctx, m.keys.Hash)
-	if errors.Is(err, backend.ErrNotSupported) {
+	key := m.keys.Hash
+	w.arming = m.c.goBackground(ctx, watchTimeout, func(ctx context.Context) (*backend.Subscription, error) {
+		return kw.WatchKey(ctx, key)
+	})
+}
+
+// armed returns the channel the arming's result arrives on, or nil
+// (blocks forever) when none is in flight.
+func (w *keyWatch) armed() <-chan backgroundResult { return w.arming.result() }
+
+// settle applies the arming's result.
+func (w *keyWatch) settle(m *Mutex, r backgroundResult) {
+	w.arming = nil
+	if errors.Is(r.err, backend.ErrNotSupported) {
 		m.c.noKeyWatch.Store(true)
 	}
-	if err == nil {
-		w.sub = sub
+	if r.err == nil {
+		w.sub = r.sub
 	}
 }
 
@@ -440,6 +507,10 @@ func (w *keyWatch) events() <-chan backend.Event {
 }
 
 func (w *keyWatch) stop() {
+	if sub := w.arming.stop(); sub != nil {
+		sub.Close()
+	}
+	w.arming = nil
 	if w.sub != nil {
 		w.sub.Close()
 		w.sub = nil

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
 )
 
 // pttlExpiry reads the lock hash's PTTL through srv and returns the lower
@@ -746,3 +749,158 @@ func TestBadInput(t *testing.T) {
 		"each gets its sentinel error (errors.Is), nothing is written to Redis, nothing panics",
 		fmt.Sprintf("%d cases, keys written 0", len(cases)))
 }
+
+// splitBackend runs scripts on one backend and subscribes on another, so
+// a test can fault the subscription connection alone.
+type splitBackend struct {
+	backend.Backend                         // scripts
+	subs            *rueidisbackend.Backend // Subscribe and WatchKey
+}
+
+func (b splitBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return b.subs.Subscribe(ctx, channel)
+}
+
+func (b splitBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	return b.subs.WatchKey(ctx, key)
+}
+
+// TestStalledSubscriptionConnection: only the waiters' subscription
+// connection stalls (held back by a proxy; scripts go straight to the
+// server), as an idle pub/sub connection a NAT dropped without a word
+// does. The waiters keep their heartbeat and their order: the head takes
+// the lock when the holder's lease runs out, the next one after it, and
+// Close does not wait for the stalled subscriptions (X2, X3).
+func TestStalledSubscriptionConnection(t *testing.T) {
+	const (
+		lease     = time.Second
+		heartbeat = (5 * time.Second) / 3
+		slack     = 2 * time.Second
+	)
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	name := lockName(t)
+	direct, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	proxied, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proxy.Addr()}, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
+	subs := rueidisbackend.New(proxied)
+	t.Cleanup(func() { subs.Close() })
+	scripts := rueidisbackend.New(direct)
+	t.Cleanup(func() { scripts.Close() })
+	c, err := lock.NewClient(splitBackend{Backend: scripts, subs: subs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { proxy.Blackhole(false) }) // before the clients close
+	// The subscription connection is up and idle, as after earlier waits.
+	warm, err := subs.Subscribe(context.Background(), "fault:warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+
+	w0 := newMutex(t, newLockClient(t, srv.Addr()), name)
+	spy := newMutex(t, newLockClient(t, srv.Addr()), name)
+	w1, w2 := newMutex(t, c, name), newMutex(t, c, name)
+	h0, err := w0.LockWithLease(context.Background(), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole(true)
+	type res struct {
+		err error
+		at  time.Time
+	}
+	lockAsync := func(m *lock.Mutex) <-chan res {
+		ch := make(chan res, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := m.Lock(ctx)
+			ch <- res{err, time.Now()}
+		}()
+		return ch
+	}
+	ch1 := lockAsync(w1)
+	waitQueue(t, spy, 1)
+	ch2 := lockAsync(w2)
+	waitQueue(t, spy, 2)
+	var expired time.Time
+	select {
+	case <-h0.Done():
+		expired = time.Now()
+	case <-time.After(lease + slack):
+		t.Fatal("w0's lease did not run out")
+	}
+	var r1 res
+	select {
+	case r1 = <-ch1:
+	case r2 := <-ch2:
+		t.Fatalf("w2 took the lock %v after w0's lease ran out, before w1 (err %v)", r2.at.Sub(expired), r2.err)
+	case <-time.After((5 * time.Second) + slack):
+		t.Fatalf("no waiter took the lock within %v of w0's lease running out", (5*time.Second)+slack)
+	}
+	if r1.err != nil {
+		t.Fatalf("w1: %v", r1.err)
+	}
+	took := r1.at.Sub(expired)
+	if took > heartbeat+slack {
+		t.Errorf("w1 took the lock %v after w0's lease ran out, want within a heartbeat (%v)", took, heartbeat)
+	}
+	released := time.Now()
+	if err := w1.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var r2 res
+	select {
+	case r2 = <-ch2:
+	case <-time.After(heartbeat + slack):
+		t.Fatalf("w2 did not take the lock within %v of w1's Unlock", heartbeat+slack)
+	}
+	if r2.err != nil {
+		t.Fatalf("w2: %v", r2.err)
+	}
+	next := r2.at.Sub(released)
+	if err := w2.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// One more waiter, stalled in its Subscribe, while the client closes.
+	if _, err := w0.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ch3 := lockAsync(w1)
+	waitQueue(t, spy, 1)
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		c.Close()
+		closed <- time.Since(start)
+	}()
+	var closeTook time.Duration
+	select {
+	case closeTook = <-closed:
+	case <-time.After(2 * subscribeBound):
+		t.Fatalf("Close did not return within %v while the subscription connection stalled", 2*subscribeBound)
+	}
+	if r3 := <-ch3; !errors.Is(r3.err, lock.ErrClosed) {
+		t.Errorf("the waiter after Close: %v, want ErrClosed", r3.err)
+	}
+	if err := w0.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	report(t, 13, "only the waiters' subscription connection held back by a proxy (scripts still answered); holder's 1 s lease runs out with 2 waiters queued, then Close with a third",
+		"the head takes the lock within a heartbeat of the lease's end, the next one after it (FIFO); Close does not wait for the stalled subscriptions (X2, X3)",
+		fmt.Sprintf("head took the lock %s after the lease ran out; next %s after its Unlock; Close returned in %s", ms(took), ms(next), ms(closeTook)))
+}
+
+// subscribeBound is how long a backend may take to give up a Subscribe
+// whose context was cancelled (the pubsub hub's UNSUBSCRIBE bound).
+const subscribeBound = 5 * time.Second
