@@ -12,7 +12,7 @@ import (
 //
 //   - Lock panics with the error Mutex.Lock returned. With a context that
 //     never ends, Lock waits as long as it takes - through connection
-//     errors and server restarts too (X14) - so it returns an error only
+//     errors and server restarts too - so it returns an error only
 //     after Close (ErrClosed) or on an error that retrying cannot fix: an
 //     error reply from the server (a missing ACL permission, a script
 //     error), a reply of the wrong shape (ErrUnexpectedReply), or with

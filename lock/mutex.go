@@ -259,7 +259,7 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 	return wire.DecodeLeave(rep)
 }
 
-// Unlock releases one hold of this owner (B2, B4): the lock is released when
+// Unlock releases one hold of this owner: the lock is released when
 // the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
 // changing nothing, when this owner does not hold the lock.
 //
@@ -267,7 +267,7 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 // unlock latch's lifetime, and never applied twice). When Unlock fails all
 // the same, the Hold ends (Err wraps ErrLockLost) and is no longer renewed,
 // so the lock frees itself within one lease whatever happened on the
-// server (X13); when those 2 s ran out before ctx did, Unlock's error wraps
+// server; when those 2 s ran out before ctx did, Unlock's error wraps
 // ErrLockLost too, and the last connection error.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
@@ -386,8 +386,9 @@ func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration
 	}
 }
 
-// ForceUnlock releases the lock whoever holds it and wakes the next waiter
-// (B8). It reports whether a holder was removed.
+// ForceUnlock releases the lock whoever holds it and wakes the next waiter,
+// which a fairlock waiter takes at once. It reports whether a holder was
+// removed. Anyone who can run the scripts can force-unlock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
@@ -402,7 +403,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 
 // Delete removes the lock's state - the lock hash, queue and timeouts -
 // whoever holds it, and wakes the head waiter, which takes the lock; other
-// waiters queue again at their next heartbeat (B8, X3). The fencing counter
+// waiters queue again at their next heartbeat. The fencing counter
 // is kept so tokens never go backwards. It reports whether anything existed.
 func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {

@@ -88,7 +88,7 @@ func WithWaiterTimeout(d time.Duration) Option {
 // is, when they queue after the last fairlock operation on the lock. With
 // no Redisson clients a small value (a second) makes dead waiters' entries
 // go sooner. It does not affect order: fairlock waiters keep their place
-// behind Redisson waiters whatever wait those use (X11).
+// behind Redisson waiters whatever wait those use.
 func WithRedissonSlack(d time.Duration) Option {
 	return func(c *config) error {
 		if err := checkDuration("Redisson slack", d); err != nil {
@@ -127,7 +127,7 @@ func WithShardedPublish() Option {
 // WithReplicaAcks makes every acquire wait (WAIT) until replicas replicas
 // have acknowledged it, for at most timeout (default: off). An acquire that
 // fewer acknowledged is rolled back and returns ErrNotReplicated, so a
-// failover to a replica cannot silently forget a granted lock (X9). The
+// failover to a replica cannot silently forget a granted lock. The
 // backend must implement backend.ReplicaWaiter (both adapters do, for
 // standalone and sentinel clients; not for cluster clients). Each acquire
 // then costs the WAIT as well: at least one replica round trip.

@@ -12,9 +12,9 @@ import (
 // process died, or lost Redis) for longer than its waiter timeout, or a
 // Redisson waiter past its Redisson deadline - and returns how many it
 // removed. The rule is the one every lock operation applies to the head of
-// the queue (B5); PruneWaiters applies it to the whole queue, visiting
+// the queue; PruneWaiters applies it to the whole queue, visiting
 // only the entries whose deadline has passed. When the head changes the
-// new head is woken, and granted the lock if it is free (X3), as after
+// new head is woken, and granted the lock if it is free, as after
 // ForceUnlock. Live waiters keep their places.
 //
 // It checks name as NewMutex does (ErrInvalidName), needs no hold, and

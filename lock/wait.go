@@ -362,11 +362,7 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 			}
 			wake = earliest(end, armAt)
 		}
-		if w.timer == nil {
-			w.timer = time.NewTimer(time.Until(wake))
-		} else {
-			w.timer.Reset(time.Until(wake))
-		}
+		w.setTimer(wake)
 		select {
 		case e := <-w.events():
 			w.woke(e)
@@ -377,18 +373,7 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 			w.becameHead()
 			end = earliest(end, time.Now().Add(msg.TTL))
 		case e := <-w.watch.events():
-			w.watch.stop() // fired: armed again while still the head
-			w.woke(e)
-			// A hand-over changes the hash too, and its grant message comes
-			// on the same connection right behind the invalidation: let the
-			// reader deliver it, and take the grant without a round trip.
-			runtime.Gosched()
-			select {
-			case e := <-w.events():
-				return wire.ParseMessage(e.Payload), nil
-			default:
-			}
-			return wire.Message{}, nil
+			return w.keyChanged(e), nil
 		case r := <-w.subbing.result():
 			if ok, err := w.subscribed(ctx, r); ok || err != nil {
 				return wire.Message{}, err
@@ -404,6 +389,31 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 		case <-w.m.c.closing:
 			return wire.Message{}, ErrClosed
 		}
+	}
+}
+
+// setTimer sets the sleep's timer to fire at wake.
+func (w *waiter) setTimer(wake time.Time) {
+	if w.timer == nil {
+		w.timer = time.NewTimer(time.Until(wake))
+		return
+	}
+	w.timer.Reset(time.Until(wake))
+}
+
+// keyChanged handles the watch's event: the lock hash changed. A
+// hand-over changes the hash too, and its grant message comes on the same
+// connection right behind the invalidation: the reader is let deliver
+// it, so the grant is taken without a round trip.
+func (w *waiter) keyChanged(e backend.Event) wire.Message {
+	w.watch.stop() // fired: armed again while still the head
+	w.woke(e)
+	runtime.Gosched()
+	select {
+	case e := <-w.events():
+		return wire.ParseMessage(e.Payload)
+	default:
+		return wire.Message{}
 	}
 }
 
