@@ -92,21 +92,20 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 // renew.lua's answer and when the request that answered was sent.
 func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.RenewReply, time.Time, error) {
 	c := call.Call(m.c.scripts, m.keys)
-	retry := newRetrier(m.c.closing)
-	for {
-		sent := time.Now()
+	got, sent := wire.RenewLost, time.Time{}
+	err := newRetrier(m.c.closing).do(ctx, func() error {
+		sent = time.Now()
 		rep, err := m.c.b.Eval(ctx, c.Script, c.Keys, c.Args)
-		if err == nil {
-			got, err := wire.DecodeRenew(rep)
-			return got, sent, err
+		switch {
+		case err == nil:
+			got, err = wire.DecodeRenew(rep)
+			return err
+		case h.Err() != nil: // the hold ended meanwhile: no retry
+			return final{err}
 		}
-		if !transient(err) || ctx.Err() != nil || h.Err() != nil {
-			return wire.RenewLost, sent, err
-		}
-		if err := retry.pause(ctx, err); err != nil {
-			return wire.RenewLost, sent, err
-		}
-	}
+		return err
+	})
+	return got, sent, unwrapFinal(err)
 }
 
 // giveBackAll releases, one count at a time, the hold view describes - a

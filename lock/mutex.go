@@ -157,6 +157,16 @@ func (t timedTracker) End(r observe.AcquireResult) {
 	t.AcquireTracker.End(r)
 }
 
+// attemptRetrier paces an acquire call's attempts: one only, for TryLock with
+// no wait.
+func attemptRetrier(closing <-chan struct{}, spec acquireSpec) *retrier {
+	r := newRetrier(closing)
+	if spec.try && spec.wait == 0 {
+		r.limit = 1
+	}
+	return r
+}
+
 // wait runs one acquire call and records its result.
 func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTracker, result *observe.AcquireResult) (*Hold, error) {
 	o := m.c.ownerOf(m)
@@ -170,7 +180,7 @@ func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTr
 	cfg := &m.c.cfg
 	w := &waiter{
 		m: m, o: o, lease: spec.lease, watchdog: spec.watchdog, tr: tr, result: result,
-		retry: newRetrier(m.c.closing),
+		retry: attemptRetrier(m.c.closing, spec),
 		call: wire.Acquire{
 			Owner: m.field, Lease: spec.lease, WaiterTimeout: cfg.waiterTimeout, Once: spec.try && spec.wait == 0,
 			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
@@ -359,31 +369,26 @@ func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration
 	wctx, cancel := context.WithTimeout(ctx, unlockRetryWindow)
 	defer cancel()
 	retry := newRetrier(m.c.closing)
-	for {
-		sent := time.Now()
+	left, sent := 0, time.Time{}
+	err = retry.do(wctx, func() error {
+		sent = time.Now()
 		call := req.Call(m.c.scripts, m.keys)
 		rep, err := m.c.b.Eval(wctx, call.Script, call.Keys, call.Args)
 		req.Retry = true
 		if err == nil {
-			left, err := wire.DecodeUnlock(rep)
-			return left, sent, err
+			left, err = wire.DecodeUnlock(rep)
 		}
-		if transient(err) && wctx.Err() == nil {
-			err = retry.pause(wctx, err)
-			if err == nil {
-				continue
-			}
-		}
-		if ctx.Err() == nil && wctx.Err() != nil {
-			// The retry window ran out, not the caller's context: the hold
-			// is lost to the client (X13), for the last connection error.
-			if retry.last != nil && !errors.Is(retry.last, context.DeadlineExceeded) {
-				return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v: %w", ErrLockLost, unlockRetryWindow, retry.last)
-			}
-			return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v", ErrLockLost, unlockRetryWindow)
-		}
-		return 0, sent, err
+		return err
+	})
+	if err == nil || ctx.Err() != nil || wctx.Err() == nil {
+		return left, sent, err
 	}
+	// The retry window ran out, not the caller's context: the hold is
+	// lost to the client (X13), for the last connection error.
+	if retry.last != nil && !errors.Is(retry.last, context.DeadlineExceeded) {
+		return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v: %w", ErrLockLost, unlockRetryWindow, retry.last)
+	}
+	return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v", ErrLockLost, unlockRetryWindow)
 }
 
 // ForceUnlock releases the lock whoever holds it and wakes the next waiter,

@@ -24,6 +24,37 @@ type retrier struct {
 	b       backoff.ExponentialBackOff
 	closing <-chan struct{}
 	last    error // the latest transient error, for the caller's final error
+	limit   int   // the most calls do makes; 0: no limit
+}
+
+// do calls op until it returns nil, an error retrying cannot fix (not
+// transient, or marked final), or its limit of calls is reached; between
+// calls it pauses (pause), and returns the pause's error - ctx's, or
+// ErrClosed, wrapping the last one - when ctx ends or the client closes.
+// It is the one retry loop of every request the lock repeats.
+func (r *retrier) do(ctx context.Context, op func() error) error {
+	for n := 1; ; n++ {
+		err := op()
+		if err == nil || !transient(err) || ctx.Err() != nil || n == r.limit {
+			return err
+		}
+		if err := r.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// final marks an error do must not retry, whatever it wraps.
+type final struct{ error }
+
+func (f final) Unwrap() error { return f.error }
+
+// unwrapFinal returns the error a final mark carries.
+func unwrapFinal(err error) error {
+	if f, ok := err.(final); ok {
+		return f.error
+	}
+	return err
 }
 
 func newRetrier(closing <-chan struct{}) *retrier {
@@ -60,8 +91,10 @@ func (r *retrier) pause(ctx context.Context, err error) error {
 // loading, busy or failing over. A script error, a closed backend or a
 // reply of the wrong shape is final.
 func transient(err error) bool {
+	var f final
 	switch {
 	case err == nil,
+		errors.As(err, &f),
 		errors.Is(err, backend.ErrClosed),
 		errors.Is(err, backend.ErrNotSupported),
 		errors.Is(err, backend.ErrUnexpectedReply),

@@ -92,15 +92,8 @@ func (m *Mutex) read(ctx context.Context, limit int) (wire.Snapshot, error) {
 // readAttempts times with back-off.
 func (c *Client) retryRead(ctx context.Context, read func() error) error {
 	retry := newRetrier(c.closing)
-	for attempt := 1; ; attempt++ {
-		err := read()
-		if err == nil || attempt == readAttempts || !transient(err) || ctx.Err() != nil {
-			return err
-		}
-		if err := retry.pause(ctx, err); err != nil {
-			return err
-		}
-	}
+	retry.limit = readAttempts
+	return retry.do(ctx, read)
 }
 
 // IsLocked reports whether anyone holds the lock.

@@ -109,28 +109,27 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 		return wire.AcquireReply{}, nil, err
 	}
 	defer w.o.exit()
-	for {
+	var r wire.AcquireReply
+	var sent time.Time
+	err := w.retry.do(ctx, func() (err error) {
 		w.call.View = w.o.view()
-		sent := time.Now()
-		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
-		switch {
-		case err == nil && r.Acquired:
-			h, err := w.grant(ctx, r, sent)
-			return r, h, err
-		case err == nil:
-			w.lastAck, w.ackedAt = sent, r.Now
-			if !w.call.Once {
-				w.o.queuedBy()
-			}
-			return r, nil, nil
-		case transient(err) && !w.call.Once && ctx.Err() == nil:
-			if err = w.retry.pause(ctx, err); err == nil {
-				continue
-			}
-		}
+		sent = time.Now()
+		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
+		return err
+	})
+	switch {
+	case err != nil:
 		w.undo(ctx, w.call.View)
 		return wire.AcquireReply{}, nil, err
+	case r.Acquired:
+		h, err := w.grant(ctx, r, sent)
+		return r, h, err
 	}
+	w.lastAck, w.ackedAt = sent, r.Now
+	if !w.call.Once {
+		w.o.queuedBy()
+	}
+	return r, nil, nil
 }
 
 // grant applies a granted attempt sent at sent: the live hold re-entered,
@@ -264,17 +263,12 @@ func (w *waiter) leave(ctx context.Context) {
 // subscription published to nobody.
 func (w *waiter) startSubscribe(ctx context.Context) {
 	c, channel := w.m.c, w.m.channel
-	w.subbing = c.goBackground(ctx, subscribeTimeout, func(ctx context.Context) (*backend.Subscription, error) {
-		retry := newRetrier(c.closing)
-		for {
-			sub, err := c.b.Subscribe(ctx, channel)
-			if err == nil || ctx.Err() != nil || !transient(err) {
-				return sub, err
-			}
-			if err := retry.pause(ctx, err); err != nil {
-				return nil, err
-			}
-		}
+	w.subbing = c.goBackground(ctx, subscribeTimeout, func(ctx context.Context) (sub *backend.Subscription, err error) {
+		err = newRetrier(c.closing).do(ctx, func() (err error) {
+			sub, err = c.b.Subscribe(ctx, channel)
+			return err
+		})
+		return sub, err
 	})
 }
 
