@@ -294,3 +294,36 @@ func TestOwner_Extension(t *testing.T) {
 		t.Fatalf("extension: %+v %+v %v", call, view, err)
 	}
 }
+
+// A reconnect while a hand-over grant is held unconfirmed: the watchdog
+// checks every hold at once. A server that kept its data answers that
+// the check took the grant up (the hold is confirmed, its deadline the
+// lease's); one that came back empty answers lost, and the hold ends
+// before anyone else can be granted the lock.
+func TestOwner_ReconnectDuringAGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply wire.RenewReply
+		lasts bool
+		phase phase
+	}{
+		{"server kept its data", wire.RenewTookUp, true, phaseHeld},
+		{"server came back empty", wire.RenewLost, false, phaseIdle},
+	} {
+		o, _ := newTestOwner()
+		h := o.adopt(7, time.Now(), 5*time.Second, testLease, true)
+		if h == nil || o.phase() != phaseUnconfirmed {
+			t.Fatalf("%s: adopt: %v %s", tc.name, h, o.phase())
+		}
+		call, ok := o.renewal(h)
+		if !ok || call.Lease == 0 {
+			t.Fatalf("%s: an unconfirmed grant must be renewed, not only checked: %+v", tc.name, call)
+		}
+		if got := o.renewed(h, call, tc.reply, time.Now()); got != tc.lasts || o.phase() != tc.phase {
+			t.Errorf("%s: renewed = %v, phase %s; want %v, %s", tc.name, got, o.phase(), tc.lasts, tc.phase)
+		}
+		if tc.lasts && time.Until(o.deadline) < testLease/2 {
+			t.Errorf("%s: deadline %v away, want about the lease", tc.name, time.Until(o.deadline))
+		}
+	}
+}
