@@ -35,7 +35,7 @@ import (
 //   - join, from the call to the moment the observer hears the first reply
 //     (AcquireTracker.Queued, or the end of the call when it did not queue):
 //     acquired (new hold or re-entry, with count and token), queued at a
-//     1-based position, or refused (TryLockOnce);
+//     1-based position, or refused (TryLock with no wait);
 //   - grant, from that moment to the end of the call, when the call
 //     acquired after queuing: only the head of the queue may be granted a
 //     free lock;
@@ -73,7 +73,7 @@ type linInput struct {
 	kind  linKind
 	lock  int // partition: operations on different locks are independent
 	owner int
-	once  bool // join: TryLockOnce, which never queues
+	once  bool // join: TryLock with no wait, which never queues
 	// failed (join, grant): an acquire attempt of the call failed, and the
 	// call's leave follows it. after (leave): it follows such an attempt,
 	// which must have landed first - only in histories that confine

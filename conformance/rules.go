@@ -32,7 +32,7 @@ func ruleCases() []testCase {
 		{name: "B6_WatchdogKeepsLockAlive", run: testB6Watchdog},
 		{name: "B6_CrashedHolderFreesByLease", run: testB6CrashedHolder},
 		{name: "B7_TryLockGivesUpAfterWaitAndLeavesQueue", run: testB7TryLockGivesUp},
-		{name: "B7_TryLockOnceNeverQueues", run: testB7TryLockOnce},
+		{name: "B7_OneAttemptNeverQueues", run: testB7TryLockOnce},
 		{name: "B8_ForceUnlockWakesNext", run: testB8ForceUnlock},
 		{name: "B8_DeleteRemovesKeysAndWakesHead", run: testB8Delete},
 		{name: "B8_DeleteWakesTheLiveHeadPastDeadOnes", run: testB8DeleteDeadHead},

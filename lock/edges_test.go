@@ -68,7 +68,7 @@ func TestTryLock_ServerDownIsNotBusy(t *testing.T) {
 	}
 	_, err = m.TryLockWithLease(context.Background(), 0, time.Second)
 	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryLockOnce = %v, want ErrUnavailable", err)
+		t.Fatalf("TryLock(ctx, 0) = %v, want ErrUnavailable", err)
 	}
 }
 

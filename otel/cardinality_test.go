@@ -40,7 +40,7 @@ func (e *env) total(metric string) int64 {
 }
 
 // recordEveryMetric drives client c through one of each thing the Observer
-// measures on lock "orders": an acquire, a re-entry, a TryLockOnce that
+// measures on lock "orders": an acquire, a re-entry, a TryLock with no wait that
 // finds it taken, a queued waiter, a watchdog renewal, two releases and a
 // lease that runs out.
 func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
@@ -54,7 +54,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 		}
 	}
 	if _, err := other.TryLockWithLease(ctx, 0, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryLockOnce on a held lock = %v, want ErrNotAcquired", err)
+		t.Fatalf("TryLock(ctx, 0) on a held lock = %v, want ErrNotAcquired", err)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -187,7 +187,7 @@ func TestLockNamesInMetrics_Capped(t *testing.T) {
 	c := e.client()
 	for i := range fairotel.MaxMetricLockNames + extra {
 		if _, err := e.mutex(c, fmt.Sprintf("order:%d", i)).TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
-			t.Fatalf("TryLockOnce order:%d: %v", i, err)
+			t.Fatalf("TryLock(ctx, 0) order:%d: %v", i, err)
 		}
 	}
 	named := make(map[string]int64)

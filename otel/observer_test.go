@@ -150,21 +150,21 @@ func TestAcquireOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "TryLockOnce taken", op: "TryLock", outcome: "timed_out", busy: true,
+			name: "TryLock no wait, taken", op: "TryLock", outcome: "timed_out", busy: true,
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
 				_, err := m.TryLock(ctx, 0)
 				if !errors.Is(err, lock.ErrNotAcquired) {
-					t.Fatalf("TryLockOnce = %v, want ErrNotAcquired", err)
+					t.Fatalf("TryLock(ctx, 0) = %v, want ErrNotAcquired", err)
 				}
 				return result{}
 			},
 		},
 		{
-			name: "TryLockOnce acquired", op: "TryLock", outcome: "acquired",
+			name: "TryLock no wait, acquired", op: "TryLock", outcome: "acquired",
 			act: func(t *testing.T, e *env, ctx context.Context, m *lock.Mutex) result {
 				h, err := m.TryLockWithLease(ctx, 0, time.Minute)
 				if err != nil {
-					t.Fatalf("TryLockOnce: %v", err)
+					t.Fatalf("TryLock(ctx, 0): %v", err)
 				}
 				return result{holdCount: 1, token: h.Token()}
 			},
@@ -326,7 +326,7 @@ func TestAcquireWoken(t *testing.T) {
 
 // TestAcquireError: a failure that is neither a timeout nor the caller's
 // cancellation is outcome error with status Error and error.type. (Lock
-// rides through connection errors until its context ends; TryLockOnce,
+// rides through connection errors until its context ends; a TryLock with no wait,
 // which does not retry, returns the connection error.)
 func TestAcquireError(t *testing.T) {
 	forEachAdapter(t, func(t *testing.T, a adapter) {
@@ -335,14 +335,14 @@ func TestAcquireError(t *testing.T) {
 		m, other := e.mutex(c, "orders"), e.mutex(c, "orders")
 		// Scripts are loaded and the connection is up; then the server dies.
 		if _, err := m.TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
-			t.Fatalf("TryLockOnce: %v", err)
+			t.Fatalf("TryLock(ctx, 0): %v", err)
 		}
 		e.srv.Kill(t)
 		ctx, req := e.request()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if _, err := other.TryLockWithLease(cctx, 0, time.Minute); err == nil || cctx.Err() != nil {
-			t.Fatalf("TryLockOnce on a dead server = %v (ctx %v), want a connection error before the deadline", err, cctx.Err())
+			t.Fatalf("TryLock(ctx, 0) on a dead server = %v (ctx %v), want a connection error before the deadline", err, cctx.Err())
 		}
 		req.End()
 
@@ -619,7 +619,7 @@ func TestDefaultsAreGlobalProviders(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	m, _ := c.NewMutex("orders")
 	if _, err := m.TryLockWithLease(context.Background(), 0, time.Minute); err != nil {
-		t.Fatalf("TryLockOnce: %v", err)
+		t.Fatalf("TryLock(ctx, 0): %v", err)
 	}
 	got := spans.GetSpans()
 	if len(got) != 1 || got[0].Name != "fairlock.acquire" || got[0].InstrumentationScope.Name != fairotel.ScopeName {
