@@ -33,13 +33,14 @@ type Client struct {
 	parked int               // owners with a parked subscription (park.go)
 	closed bool
 
-	kick        chan struct{}   // tells listenReconnects a hold started
-	reconnected chan struct{}   // tells the watchdog to check every hold now
-	closing     chan struct{}   // closed by Close: waiters and the watchdog stop
-	calls       sync.WaitGroup  // calls in flight; Close waits for their cleanup
-	life        context.Context // cancelled by Close; bounds the watchdog's calls
-	end         context.CancelFunc
-	wg          sync.WaitGroup
+	closing chan struct{}  // closed by Close: waiting calls stop
+	calls   sync.WaitGroup // calls in flight; Close waits for their cleanup
+	wg      sync.WaitGroup // a waiter's calls beside its loop, lingering subscriptions
+
+	// The background components, each with its own start and close.
+	dog       *watchdog   // renews the holds
+	listener  *reconnects // tells the watchdog of reconnects
+	describer *job        // WithDescription: keeps the description alive; nil without
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
@@ -76,23 +77,18 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
 	c := &Client{
-		b:           b,
-		id:          id,
-		cfg:         cfg,
-		scripts:     wire.NewScripts(),
-		owners:      make(map[string]*entry),
-		holds:       make(map[*Hold]holdRef),
-		kick:        make(chan struct{}, 1),
-		reconnected: make(chan struct{}, 1),
-		closing:     make(chan struct{}),
+		b:       b,
+		id:      id,
+		cfg:     cfg,
+		scripts: wire.NewScripts(),
+		owners:  make(map[string]*entry),
+		holds:   make(map[*Hold]holdRef),
+		closing: make(chan struct{}),
 	}
-	c.life, c.end = context.WithCancel(context.Background())
-	c.wg.Add(2)
-	go c.watchdog()
-	go c.listenReconnects()
+	c.dog = startWatchdog(c)
+	c.listener = startReconnects(c, c.dog)
 	if cfg.description != nil {
-		c.wg.Add(1)
-		go c.describe()
+		c.describer = startJob(c.describe)
 	}
 	return c, nil
 }
@@ -156,7 +152,11 @@ func (c *Client) Close() error {
 	close(c.closing)
 	c.mu.Unlock()
 	c.calls.Wait()
-	c.end()
+	if c.describer != nil {
+		c.describer.close()
+	}
+	c.listener.close()
+	c.dog.close()
 	c.wg.Wait()
 	c.mu.Lock()
 	holds := c.holds
@@ -207,11 +207,19 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	}
 	c.holds[h] = holdRef{m: m, o: o}
 	c.owners[o.key].refs++
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.listener.holdStarted()
 	return nil
+}
+
+// liveHolds returns the holds the watchdog renews.
+func (c *Client) liveHolds() []*Hold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hs := make([]*Hold, 0, len(c.holds))
+	for h := range c.holds {
+		hs = append(hs, h)
+	}
+	return hs
 }
 
 // untrack forgets a hold that ended.

@@ -30,12 +30,11 @@ func describeEvery(lease time.Duration) time.Duration {
 	return max(lease/3, time.Second)
 }
 
-// describe keeps the client's description in Redis while the client is
-// open: written at once and every describeEvery, deleted when the client
-// closes. A failed write is retried at the next tick; the key outlives two
-// missed writes. It runs only with WithDescription; Close waits for it.
-func (c *Client) describe() {
-	defer c.wg.Done()
+// describe keeps the client's description in Redis until stop: written
+// at once and every describeEvery, deleted at stop. A failed write is
+// retried at the next tick; the key outlives two missed writes. It is the
+// description writer's job (WithDescription only); Close stops it.
+func (c *Client) describe(stop <-chan struct{}) {
 	value, err := json.Marshal(c.cfg.description)
 	if err != nil { // a struct of strings and an int always encodes
 		return
@@ -44,11 +43,11 @@ func (c *Client) describe() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(c.life, describeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
 		_ = c.writeDescription(ctx, string(value), 3*every)
 		cancel()
 		select {
-		case <-c.closing:
+		case <-stop:
 			ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
 			defer cancel()
 			_ = c.writeDescription(ctx, "", 0)

@@ -192,7 +192,7 @@ func (w *waiter) adopt(ctx context.Context, g wire.Message) *Hold {
 	}
 	// Renewed to the lease by a third of the firm deadline, so a renewal
 	// has two thirds of it to get through.
-	c.confirm(h, w.lastAck.Add(firm/3))
+	c.dog.confirm(h, w.lastAck.Add(firm/3))
 	w.result.HoldCount, w.result.Token = 1, g.Token
 	return h
 }

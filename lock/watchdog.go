@@ -3,41 +3,96 @@ package lock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock/internal/wire"
 )
 
+// job is one background goroutine of the Client, with its own start and
+// close: it runs until stop is closed, and close waits for it to return.
+type job struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startJob runs run in a goroutine.
+func startJob(run func(stop <-chan struct{})) *job {
+	j := &job{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		run(j.stop)
+	}()
+	return j
+}
+
+// close stops the job and waits for it.
+func (j *job) close() {
+	close(j.stop)
+	<-j.done
+}
+
 // watchdog is the client's single renewal loop (B6). Every third of the
 // lease it renews all watchdog holds and checks that explicit-lease holds
 // still exist, in one pipelined batch, and ends the holds the server no
 // longer has (X7). A hold whose renewals fail ends by its own deadline
-// (Hold, X12); the watchdog never infers a loss from the time.
+// (lifecycle.go, X12); the watchdog never infers a loss from the time.
 //
-// When the subscription connection reconnects (listenReconnects), the
-// server may have come back without its data, so every hold is checked at
-// once, and again with back-off until the server answers, rather than at
-// the next tick.
-func (c *Client) watchdog() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.lease / 3)
+// When the subscription connection reconnects (reconnects), the server
+// may have come back without its data, so every hold is checked at once,
+// and again with back-off until the server answers, rather than at the
+// next tick. A hold taken from a hand-over message is confirmed beside
+// the loop (confirm).
+type watchdog struct {
+	c        *Client
+	recheck  chan struct{}   // a reconnect: check every hold now
+	ctx      context.Context // bounds its calls; cancelled by close
+	cancel   context.CancelFunc
+	confirms sync.WaitGroup
+	loop     *job
+}
+
+func startWatchdog(c *Client) *watchdog {
+	w := &watchdog{c: c, recheck: make(chan struct{}, 1)}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.loop = startJob(w.run)
+	return w
+}
+
+// close stops the loop and the confirmations, and waits for them.
+func (w *watchdog) close() {
+	w.cancel()
+	w.loop.close()
+	w.confirms.Wait()
+}
+
+// reconnected asks for a check of every hold now.
+func (w *watchdog) reconnected() {
+	select {
+	case w.recheck <- struct{}{}:
+	default: // a recheck is pending already
+	}
+}
+
+func (w *watchdog) run(stop <-chan struct{}) {
+	t := time.NewTicker(w.c.cfg.lease / 3)
 	defer t.Stop()
-	recheck := newRetrier(c.closing)
+	recheck := newRetrier(stop)
 	rechecking := time.NewTimer(time.Hour)
 	rechecking.Stop()
 	defer rechecking.Stop()
 	for {
 		select {
-		case <-c.closing:
+		case <-stop:
 			return
 		case <-t.C:
-			c.renewAll(c.renewTimeout())
-		case <-c.reconnected:
+			w.renewAll(w.renewTimeout())
+		case <-w.recheck:
 			recheck.b.Reset()
 			rechecking.Reset(0)
 		case <-rechecking.C:
-			if !c.renewAll(recheckTimeout) {
+			if !w.renewAll(recheckTimeout) {
 				rechecking.Reset(recheck.b.NextBackOff())
 			}
 		}
@@ -51,62 +106,90 @@ const recheckTimeout = time.Second
 // second, so that a batch stuck on a dead connection never keeps the
 // watchdog from a reconnect's recheck for long. A batch that times out
 // only misses one tick; holds end by their own deadlines.
-func (c *Client) renewTimeout() time.Duration {
-	return min(c.cfg.lease/3, recheckTimeout)
+func (w *watchdog) renewTimeout() time.Duration {
+	return min(w.c.cfg.lease/3, recheckTimeout)
 }
 
 // reconnectTimeout bounds one try to subscribe to the client's channel.
 const reconnectTimeout = 5 * time.Second
 
-// listenReconnects waits for the client's first hold, subscribes to the
-// client's own channel (nobody publishes there; one per client), and
-// passes the subscription connection's reconnect events on to the
-// watchdog. It runs beside the watchdog so that a slow subscription never
-// delays renewals.
-func (c *Client) listenReconnects() {
-	defer c.wg.Done()
+// reconnects is the client's reconnect listener: it waits for the
+// client's first hold, subscribes to the client's own channel (nobody
+// publishes there; one per client), and passes the subscription
+// connection's reconnect events on to the watchdog. It runs beside the
+// watchdog so that a slow subscription never delays renewals.
+type reconnects struct {
+	c    *Client
+	dog  *watchdog
+	kick chan struct{} // a hold started
+	ctx  context.Context
+	stop context.CancelFunc
+	loop *job
+}
+
+func startReconnects(c *Client, dog *watchdog) *reconnects {
+	r := &reconnects{c: c, dog: dog, kick: make(chan struct{}, 1)}
+	r.ctx, r.stop = context.WithCancel(context.Background())
+	r.loop = startJob(r.run)
+	return r
+}
+
+// close stops the listener and waits for it.
+func (r *reconnects) close() {
+	r.stop()
+	r.loop.close()
+}
+
+// holdStarted tells the listener a hold started (the first one starts it).
+func (r *reconnects) holdStarted() {
 	select {
-	case <-c.kick:
-	case <-c.closing:
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reconnects) run(stop <-chan struct{}) {
+	select {
+	case <-r.kick:
+	case <-stop:
 		return
 	}
-	retry := newRetrier(c.closing)
-	var sub *backend.Subscription
-	failed := false
-	for sub == nil {
-		ctx, cancel := context.WithTimeout(c.life, reconnectTimeout)
-		s, err := c.b.Subscribe(ctx, wire.ClientChannelPrefix+c.id)
-		cancel()
-		if err == nil {
-			sub = s
-			continue
-		}
-		failed = true
-		if retry.pause(c.life, err) != nil {
-			return
-		}
+	sub, failed := r.subscribe(stop)
+	if sub == nil {
+		return
 	}
 	defer sub.Close()
 	if failed {
 		// The connection failed while the subscription was being set up
 		// (a server that restarted, say), which the new subscription
 		// shows no reconnect for: check the holds once now.
-		select {
-		case c.reconnected <- struct{}{}:
-		default:
-		}
+		r.dog.reconnected()
 	}
 	for {
 		select {
 		case e := <-sub.Events():
 			if e.Reconnect {
-				select {
-				case c.reconnected <- struct{}{}:
-				default: // a recheck is pending already
-				}
+				r.dog.reconnected()
 			}
-		case <-c.closing:
+		case <-stop:
 			return
+		}
+	}
+}
+
+// subscribe subscribes to the client's channel, retrying any error until
+// the listener stops (nil then), and says whether any try failed.
+func (r *reconnects) subscribe(stop <-chan struct{}) (*backend.Subscription, bool) {
+	retry := newRetrier(stop)
+	for failed := false; ; failed = true {
+		ctx, cancel := context.WithTimeout(r.ctx, reconnectTimeout)
+		sub, err := r.c.b.Subscribe(ctx, wire.ClientChannelPrefix+r.c.id)
+		cancel()
+		if err == nil {
+			return sub, failed
+		}
+		if retry.pause(r.ctx, err) != nil {
+			return nil, false
 		}
 	}
 }
@@ -120,34 +203,29 @@ type renewal struct {
 }
 
 // confirm renews h at the instant at, or when the hold ends first not at
-// all, beside the watchdog (which may be busy with a batch): a hand-over
-// grant lasts only about a waiter timeout until renewed (adopt). Most
-// holds taken over in contention end before at, and so never cost a
-// renewal. Close waits for it.
-func (c *Client) confirm(h *Hold, at time.Time) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.wg.Add(1)
-	c.mu.Unlock()
+// all, beside the watchdog's loop (which may be busy with a batch): a
+// hand-over grant lasts only about a waiter timeout until renewed
+// (adopt). Most holds taken over in contention end before at, and so
+// never cost a renewal. close waits for it. The caller has tracked h, so
+// the client is not closed yet.
+func (w *watchdog) confirm(h *Hold, at time.Time) {
+	w.confirms.Add(1)
 	go func() {
-		defer c.wg.Done()
+		defer w.confirms.Done()
 		t := time.NewTimer(time.Until(at))
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-h.Done():
 			return
-		case <-c.closing:
+		case <-w.ctx.Done():
 			return
 		}
 		// Until the server answers (or the hold ends by its deadline).
-		hctx, cancel := h.Context(c.life)
+		hctx, cancel := h.Context(w.ctx)
 		defer cancel()
-		retry := newRetrier(c.closing)
-		for !c.renewHolds([]*Hold{h}, c.renewTimeout()) {
+		retry := newRetrier(w.ctx.Done())
+		for !w.renewHolds([]*Hold{h}, w.renewTimeout()) {
 			if retry.pause(hctx, ErrLockLost) != nil {
 				return
 			}
@@ -157,19 +235,14 @@ func (c *Client) confirm(h *Hold, at time.Time) {
 
 // renewAll renews (or checks) every hold in one batch bounded by timeout,
 // and reports whether the server answered (or there was nothing to send).
-func (c *Client) renewAll(timeout time.Duration) bool {
-	c.mu.Lock()
-	hs := make([]*Hold, 0, len(c.holds))
-	for h := range c.holds {
-		hs = append(hs, h)
-	}
-	c.mu.Unlock()
-	return c.renewHolds(hs, timeout)
+func (w *watchdog) renewAll(timeout time.Duration) bool {
+	return w.renewHolds(w.c.liveHolds(), timeout)
 }
 
 // renewHolds renews (or checks) the holds in one batch bounded by timeout,
 // and reports whether the server answered (or there was nothing to send).
-func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
+func (w *watchdog) renewHolds(hs []*Hold, timeout time.Duration) bool {
+	c := w.c
 	c.mu.Lock()
 	batch := make([]renewal, 0, len(hs))
 	calls := make([]backend.Call, 0, len(hs))
@@ -190,7 +263,7 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 	if len(calls) == 0 {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(c.life, timeout)
+	ctx, cancel := context.WithTimeout(w.ctx, timeout)
 	defer cancel()
 	sent := time.Now()
 	results := c.b.EvalBatch(ctx, calls)
@@ -204,17 +277,17 @@ func (c *Client) renewHolds(hs []*Hold, timeout time.Duration) bool {
 				got, err = wire.DecodeRenew(results[i].Reply)
 			}
 		}
-		c.renewed(r, sent, got, err)
+		w.renewed(r, sent, got, err)
 		answered = answered || err == nil
 	}
 	return answered
 }
 
-func (c *Client) renewed(r renewal, sent time.Time, got wire.RenewReply, err error) {
+func (w *watchdog) renewed(r renewal, sent time.Time, got wire.RenewReply, err error) {
 	if err == nil {
 		r.o.renewed(r.h, r.call, got, sent)
 	}
-	if r.call.Lease > 0 && c.cfg.observer != nil {
-		c.cfg.observer.Renewed(r.m.call(""), err)
+	if obs := w.c.cfg.observer; r.call.Lease > 0 && obs != nil {
+		obs.Renewed(r.m.call(""), err)
 	}
 }
