@@ -271,14 +271,17 @@ func testX5SharedOwnerCallsFail(t *testing.T, s *suite) {
 	sp := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(60*time.Second)))
 	shared := sp.mutex(t, name)
 	probe := s.newProc(t).mutex(t, name)
-	// A waiter (not fairlock's) first in line, dead 300 ms from now; the
-	// owner's first call queues behind it and sleeps (heartbeat 20 s).
-	injectWaiter(t, sp.b, name, "00000000-0000-4000-8000-000000000000:1", 300*time.Millisecond)
+	// A waiter (not fairlock's) first in line; the owner's first call
+	// queues behind it and sleeps (heartbeat 20 s); then the waiter ahead
+	// dies (its deadline passes).
+	const ahead = "00000000-0000-4000-8000-000000000000:1"
+	injectWaiter(t, sp.b, name, ahead, time.Minute)
 	ctx, cancel := context.WithCancel(ctxFor(t, eventually))
 	defer cancel()
 	sleeping := goAcquire(func() (*lock.Hold, error) { return shared.Lock(ctx) })
 	waitQueued(t, probe, 2)
 	settled(t, sp)
+	expireWaiter(t, sp.b, name, ahead)
 	// Once the waiter ahead is dead, a second call takes the lock at once
 	// (the sleeping call is not told: it is the same owner) and releases it.
 	redistest.Eventually(t, slack, "the waiter ahead to be dead", func() bool {

@@ -119,6 +119,16 @@ redis.call('zadd', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 return 1`, keysOf(name), owner, fmt.Sprint(ttl.Milliseconds()))
 }
 
+// expireWaiter makes an injected waiter's deadline now: it is dead from
+// here on, whenever a script looks.
+func expireWaiter(t *testing.T, b backend.Backend, name, owner string) {
+	t.Helper()
+	evalRaw(t, b, `
+local t = redis.call('time')
+redis.call('zadd', KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+return 1`, keysOf(name), owner)
+}
+
 // queueLen reads the queue length through Inspect.
 func queueLen(t *testing.T, m *lock.Mutex) int {
 	t.Helper()
