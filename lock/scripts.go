@@ -88,6 +88,10 @@ type acquireCall struct {
 	maxHint       time.Duration
 	slack         time.Duration
 	view          holdView
+	// holdLease is the lease the hold view describes was taken with (0:
+	// none): a re-entry of a hand-over grant not taken up yet takes it up
+	// with the longer of it and lease.
+	holdLease time.Duration
 }
 
 func (a acquireCall) args() []string {
@@ -95,10 +99,10 @@ func (a acquireCall) args() []string {
 	if a.once {
 		mode = "once"
 	}
-	return append([]string{
+	return append(append([]string{
 		a.owner, ms(a.lease), ms(a.waiterTimeout), mode,
 		a.wake.channelPrefix, a.wake.publish, ms(a.maxHint), ms(a.slack),
-	}, a.view.args()...)
+	}, a.view.args()...), ms(a.holdLease))
 }
 
 type acquireReply struct {

@@ -113,7 +113,7 @@ func (w *waiter) attempt(ctx context.Context) (acquireReply, *Hold, error) {
 	}
 	defer w.o.exit()
 	for {
-		w.call.view = w.o.current().view()
+		w.call.view, w.call.holdLease = w.o.current().view(), w.o.current().leaseNow()
 		sent := time.Now()
 		r, err := w.m.c.evalAcquire(ctx, w.m.keys, w.call)
 		if err == nil {

@@ -16,6 +16,7 @@
 --         (room for Redisson waiters that queue later; WithRedissonSlack)
 -- ARGV[9] token of the hold the client knows this owner has ("0": none)
 -- ARGV[10] that hold's count as the client knows it
+-- ARGV[11] that hold's own lease in ms (what it was taken with; "0": none)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
@@ -53,6 +54,15 @@ if held then
   count = math.max(count, 1)
   if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
     -- The hold the client knows: re-enter, once per count it knows.
+    if granted then
+      -- A hand-over grant its client holds by the message and has not
+      -- taken up yet: take it up first, with the longer of the hold's
+      -- lease and this call's (as renew.lua does), or the grant's
+      -- provisional expiry would outlive the hold (B6). The client counts
+      -- neither from later than now (X12).
+      take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, math.max(lease, tonumber(ARGV[11])))
+      ttl = nil
+    end
     if count == tonumber(ARGV[10]) then
       count = count + 1
     end
