@@ -4,6 +4,8 @@ package conformance
 // failed on the scripts as they were, and names the rule it checks.
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 func defectCases() []testCase {
 	return []testCase{
 		{name: "B6_ReenteredHandOverRunsOutOnTime", run: testB6ReenteredHandOver},
+		{name: "B9_QueueLengthAfterRedissonDropsALeftEntry", run: testB9LeftEntryDroppedByRedisson},
 	}
 }
 
@@ -92,4 +95,76 @@ func testB6ReenteredHandOver(t *testing.T, s *suite) {
 		return
 	}
 	t.Errorf("in 5 hand-overs the waiter never held by the grant message alone")
+}
+
+// testB9LeftEntryDroppedByRedisson: a fairlock waiter gives up behind a
+// Redisson waiter, leaving its entry in the list, dead (X8); the Redisson
+// waiter gives up too, so the dead entry is first in line, and a Redisson
+// script's purge drops it - from the list and Redisson's zset only, as
+// upstream's scripts know nothing else. Inspect's queue length still
+// counts the live fairlock waiter behind it, and the next fairlock script
+// forgets the dropped entry's mark.
+func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
+	name := lockName(t)
+	rc := s.newRedisson(t)
+	if err := rc.lock(name, 1).lockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sp := s.newProc(t)
+	spy := sp.mutex(t, name)
+	jx := goAcquire(func() (*lock.Hold, error) {
+		_, err := rc.lock(name, 2).tryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
+		return nil, err
+	})
+	waitQueued(t, spy, 1)
+	// A heartbeat 10 s apart: the waiters run no script in the window.
+	opts := []lock.Option{lock.WithWaiterTimeout(30 * time.Second)}
+	left := s.newProc(t, opts...).mutex(t, name)
+	lctx, lcancel := context.WithCancel(context.Background())
+	defer lcancel()
+	lch := goAcquire(func() (*lock.Hold, error) { return left.Lock(lctx) })
+	waitQueued(t, spy, 2)
+	live := s.newProc(t, opts...).mutex(t, name)
+	wch := goAcquire(func() (*lock.Hold, error) { return live.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, spy, 3)
+	giveUp(t, lcancel, lch, "the fairlock waiter in the middle")
+	if r := await(t, jx, eventually, "the Redisson waiter giving up"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if raw := readRaw(t, sp.b, name); !slices.Equal(raw.queue, []string{left.Owner().String(), live.Owner().String()}) {
+		t.Fatalf("raw queue %v, want the left entry first, then the live waiter", raw.queue)
+	}
+	// Any Redisson script purges the dead head: here a barging tryLock().
+	if held, err := rc.lock(name, 3).tryLockOnce(ctxFor(t, eventually), time.Second); err != nil || held {
+		t.Fatalf("Redisson tryLock() = %t, %v; want false (held)", held, err)
+	}
+	if raw := readRaw(t, sp.b, name); !slices.Equal(raw.queue, []string{live.Owner().String()}) {
+		t.Fatalf("raw queue %v after Redisson's purge, want only the live waiter", raw.queue)
+	}
+	st, err := spy.Inspect(ctxFor(t, eventually), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.QueueLength != 1 || len(st.Queue) != 1 || st.Queue[0].Owner != live.Owner().String() {
+		t.Errorf("Inspect after Redisson dropped the left entry: queue length %d, queue %+v; want 1, the live waiter", st.QueueLength, st.Queue)
+	}
+	// A fairlock script forgets the left entry's mark once its entry is
+	// gone: a second fairlock waiter queues.
+	other := s.newProc(t, opts...).mutex(t, name)
+	och := goAcquire(func() (*lock.Hold, error) { return other.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, spy, 2)
+	rep := evalRaw(t, sp.b, `return redis.call('zscore', KEYS[4], ARGV[1])`, keysOf(name), left.Owner().String())
+	if rep.Str != "" {
+		t.Errorf("fairlock's liveness zset still marks the dropped left entry (score %q) after a fairlock script ran", rep.Str)
+	}
+	if err := rc.lock(name, 1).unlock(ctxFor(t, eventually)); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range []<-chan result{wch, och} {
+		r := await(t, ch, eventually, "waiter")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		mustUnlock(t, []*lock.Mutex{live, other}[i])
+	}
 }

@@ -150,10 +150,15 @@ else
   redis.call('zadd', KEYS[3], deadline, me)
 end
 redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+local left, stale = left_in_queue(KEYS[3], KEYS[4])
+if stale then
+  -- Marks of entries a Redisson purge dropped: forget them (B9).
+  redis.call('zremrangebyscore', KEYS[4], left_mark, left_mark)
+end
 if position > 1 then
   -- Entries owners left behind (leave.lua) do not count; the live head
   -- is ahead.
-  position = math.max(position - redis.call('zcount', KEYS[4], left_mark, left_mark), 2)
+  position = math.max(position - left, 2)
 end
 keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout)
 

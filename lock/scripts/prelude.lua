@@ -142,6 +142,26 @@ end
 -- skipped by Inspect, taken out when the owner queues again.
 local left_mark = 0
 
+-- left_in_queue returns how many queue entries are ones owners left
+-- behind (left_mark), and whether the marks in alive are all stale: a
+-- Redisson script's purge drops such an entry from the list and
+-- Redisson's zset only, and leaves its mark. An entry left behind keeps
+-- the Redisson deadline of the moment it left, which only Redisson's
+-- decrements move (down), so while none of the queue's Redisson deadlines
+-- has passed, none is queued and every mark is of an entry gone (B9).
+-- Two reads, one when there is no mark; never a visit of the queue (X8).
+local function left_in_queue(timeouts, alive)
+  local marks = redis.call('zcount', alive, left_mark, left_mark)
+  if marks == 0 then
+    return 0, false
+  end
+  local first = redis.call('zrange', timeouts, 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) <= server_now() then
+    return marks, false
+  end
+  return 0, true
+end
+
 -- drop_dead_tails removes the run of dead owners at the tail of the queue
 -- (owners that left from the middle, see leave.lua, once everyone behind
 -- them has gone), so that whoever queues next chains its deadline on a
