@@ -5,7 +5,9 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ func defectCases() []testCase {
 	return []testCase{
 		{name: "B6_ReenteredHandOverRunsOutOnTime", run: testB6ReenteredHandOver},
 		{name: "B9_QueueLengthAfterRedissonDropsALeftEntry", run: testB9LeftEntryDroppedByRedisson},
+		{name: "X11_RedissonWaiterBehindALeftEntryIsNotStranded", run: testX11BehindLeftEntry},
 	}
 }
 
@@ -166,5 +169,126 @@ func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
 			t.Fatal(r.err)
 		}
 		mustUnlock(t, []*lock.Mutex{live, other}[i])
+	}
+}
+
+// serverNowAndScore reads the server's clock (ms) and owner's Redisson
+// deadline (ms; 0 when it has none).
+func serverNowAndScore(t *testing.T, p *proc, name, owner string) (now, score int64) {
+	t.Helper()
+	rep := evalRaw(t, p.b, `local t = redis.call('time')
+local s = redis.call('zscore', KEYS[3], ARGV[1]) or '0'
+return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), string.format('%.0f', tonumber(s))}`, keysOf(name), owner)
+	if len(rep.Elems) != 2 {
+		t.Fatalf("clock and score: %+v", rep)
+	}
+	score, err := strconv.ParseInt(rep.Elems[1].Str, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Elems[0].Int, score
+}
+
+// testX11BehindLeftEntry: a fairlock waiter gives up in the middle of the
+// queue, leaving its entry dead in the list with the Redisson deadline of
+// that moment (X8); the Redisson waiter behind it gives up too, so the dead
+// entry is the tail, and no fairlock code ran when it became so.
+//
+// by_the_hand_over: a Redisson lock() that queues a while later chains on
+// it: it gets a negative wait (upstream then waits for a message,
+// unbounded) and a deadline already past. The next hand-over - a fairlock
+// release - drops it as dead with the dead entry. It must be told, and
+// queue again: once the lock is free it takes it, instead of waiting for
+// its timer (the lease it last saw) or for ever.
+//
+// by_a_heartbeat: the next heartbeat of a fairlock waiter drops the dead
+// tail, so a Redisson lock() that queues after it chains on a live waiter.
+func testX11BehindLeftEntry(t *testing.T, s *suite) {
+	t.Run("by_the_hand_over", func(t *testing.T) { behindLeftEntry(t, s, false) })
+	t.Run("by_a_heartbeat", func(t *testing.T) { behindLeftEntry(t, s, true) })
+}
+
+func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
+	const javaWait = 500 * time.Millisecond // the late lock()'s fairLockWaitTimeout
+	name := lockName(t)
+	hp := s.newProc(t)
+	holder := hp.mutex(t, name)
+	mustLock(t, holder)
+	// Heartbeats 10 s apart: no fairlock waiter runs a script meanwhile,
+	// but the first one when it is to heartbeat.
+	opts := []lock.Option{lock.WithWaiterTimeout(30 * time.Second)}
+	fp := s.newProc(t, opts...)
+	if heartbeat {
+		fp = s.newProc(t, lock.WithWaiterTimeout(1500*time.Millisecond))
+	}
+	first := fp.mutex(t, name)
+	fch := goAcquire(func() (*lock.Hold, error) { return first.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, holder, 1)
+	left := s.newProc(t, opts...).mutex(t, name)
+	lctx, lcancel := context.WithCancel(context.Background())
+	defer lcancel()
+	lch := goAcquire(func() (*lock.Hold, error) { return left.Lock(lctx) })
+	waitQueued(t, holder, 2)
+	rc := s.newRedisson(t)
+	jch := goAcquire(func() (*lock.Hold, error) {
+		_, err := rc.lock(name, 1).tryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
+		return nil, err
+	})
+	waitQueued(t, holder, 3)
+	giveUp(t, lcancel, lch, "the fairlock waiter in the middle")
+	if r := await(t, jch, eventually, "the Redisson waiter giving up"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	lateC := s.newRedisson(t, withRedissonSlack(javaWait))
+	late := lateC.lock(name, 2)
+	if heartbeat {
+		beats := fp.b.count("acquire" + doneSuffix)
+		redistest.Eventually(t, eventually, "a heartbeat of the first waiter", func() bool { return fp.b.count("acquire"+doneSuffix) > beats })
+		if raw := readRaw(t, hp.b, name); !slices.Equal(raw.queue, []string{first.Owner().String()}) {
+			t.Fatalf("raw queue %v after a heartbeat, want the left entry at the tail dropped", raw.queue)
+		}
+	} else {
+		if raw := readRaw(t, hp.b, name); !slices.Equal(raw.queue, []string{first.Owner().String(), left.Owner().String()}) {
+			t.Fatalf("raw queue %v, want the first waiter, then the left entry at the tail", raw.queue)
+		}
+		// Late: the left entry's Redisson deadline is more than the
+		// lock()'s wait in the past, so chaining on it gives a deadline
+		// already past.
+		redistest.Eventually(t, eventually, "the left entry to be older than the Java wait", func() bool {
+			now, score := serverNowAndScore(t, hp, name, left.Owner().String())
+			return score > 0 && now > score+javaWait.Milliseconds()+100
+		})
+	}
+	lateCh := goAcquire(func() (*lock.Hold, error) { return nil, late.lockWithLease(ctxFor(t, 90*time.Second), 10*time.Second) })
+	// Its first acquire queues it; the second, once subscribed, finds it
+	// queued and returns the lock's PTTL: it then waits for a message or
+	// that long.
+	redistest.Eventually(t, eventually, "the late Redisson waiter to queue and subscribe", func() bool {
+		return lateC.count("redisson_acquire"+doneSuffix) >= 2
+	})
+	raw := readRaw(t, hp.b, name)
+	if !slices.Contains(raw.queue, late.field) {
+		t.Fatalf("raw queue %v, want the late Redisson waiter in it", raw.queue)
+	}
+	now, score := serverNowAndScore(t, hp, name, late.field)
+	t.Logf("queue %v; the late Redisson waiter's deadline is %v from now", raw.queue, time.Duration(score-now)*time.Millisecond)
+	if heartbeat && score <= now {
+		t.Errorf("the late Redisson waiter queued behind a live fairlock waiter with a deadline %v in the past", time.Duration(now-score)*time.Millisecond)
+	}
+
+	mustUnlock(t, holder) // grants the first waiter; the dead entries behind it go
+	r := await(t, fch, eventually, "the first waiter")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	released := time.Now()
+	mustUnlock(t, first)
+	rl := await(t, lateCh, eventually, fmt.Sprintf("the late Redisson waiter, the lock free since %v", released.Format(time.StampMilli)))
+	if rl.err != nil {
+		t.Fatal(rl.err)
+	}
+	t.Logf("the late Redisson waiter took the lock %v after it was freed", rl.at.Sub(released).Round(time.Millisecond))
+	if err := late.unlock(ctxFor(t, eventually)); err != nil {
+		t.Fatal(err)
 	}
 }

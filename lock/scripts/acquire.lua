@@ -132,7 +132,8 @@ if score then
   redis.call('zadd', KEYS[3], deadline, me)
 else
   -- Join the tail, in Redisson's chain of deadlines with the waiter
-  -- timeout as this owner's wait.
+  -- timeout as this owner's wait, behind the last live entry.
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
   local deadline = now + waiter_timeout
   local last = redis.call('lindex', KEYS[2], -1)
   if last then
@@ -150,6 +151,12 @@ else
   redis.call('zadd', KEYS[3], deadline, me)
 end
 redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+if score then
+  -- Dead entries at the tail go at every heartbeat (this owner, live, ends
+  -- the run), before a Redisson waiter chains on them (X11); a Redisson
+  -- waiter that has chained on one already and is dead is told.
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+end
 local left, stale = left_in_queue(KEYS[3], KEYS[4])
 if stale then
   -- Marks of entries a Redisson purge dropped: forget them (B9).

@@ -104,6 +104,20 @@ local function drop(pop, queue, timeouts, alive, owner)
   return had
 end
 
+-- drop_dead is drop for an owner dead by its deadline (is_dead; live is
+-- its liveness deadline, nil for a Redisson waiter). A Redisson waiter is
+-- told ("0"): it may be alive still - a deadline shortened by Redisson's
+-- own decrements, or chained on an entry that was already dead - and
+-- waiting for a message with no timeout (upstream waits so after a
+-- negative hint, #5503); told, it runs its acquire again and queues anew
+-- (B3), instead of waiting for ever while nobody knows of it (X11).
+local function drop_dead(pop, queue, timeouts, alive, channel_prefix, publish, owner, live)
+  drop(pop, queue, timeouts, alive, owner)
+  if not live then
+    notify(publish, channel_prefix, owner)
+  end
+end
+
 -- settle_head removes queue heads that are dead (B5). Only the run of dead
 -- heads is visited, never the whole queue (X8). When the head changed -
 -- changed says the caller has just popped one, or a dead one was removed
@@ -127,7 +141,7 @@ local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish
       end
       return head, live
     end
-    drop('lpop', queue, timeouts, alive, head)
+    drop_dead('lpop', queue, timeouts, alive, channel_prefix, publish, head, live)
     changed = true
   end
 end
@@ -164,15 +178,22 @@ end
 
 -- drop_dead_tails removes the run of dead owners at the tail of the queue
 -- (owners that left from the middle, see leave.lua, once everyone behind
--- them has gone), so that whoever queues next chains its deadline on a
--- live waiter. Only that run is visited (X8).
-local function drop_dead_tails(queue, timeouts, alive)
+-- them has gone - Redisson's own leave runs no fairlock code - and
+-- Redisson waiters whose deadline has passed), so that whoever queues
+-- next chains its deadline on a live waiter: a Redisson waiter chaining
+-- on a dead entry gets a negative hint and a deadline that may have
+-- passed already (X11). Only that run is visited (X8).
+local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   while true do
     local tail = redis.call('lindex', queue, -1)
-    if not tail or not is_dead(timeouts, alive, tail) then
+    if not tail then
       return
     end
-    drop('rpop', queue, timeouts, alive, tail)
+    local dead, live = is_dead(timeouts, alive, tail)
+    if not dead then
+      return
+    end
+    drop_dead('rpop', queue, timeouts, alive, channel_prefix, publish, tail, live)
   end
 end
 
