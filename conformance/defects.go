@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ func defectCases() []testCase {
 		{name: "B6_ReenteredHandOverRunsOutOnTime", run: testB6ReenteredHandOver},
 		{name: "B9_QueueLengthAfterRedissonDropsALeftEntry", run: testB9LeftEntryDroppedByRedisson},
 		{name: "X11_RedissonWaiterBehindALeftEntryIsNotStranded", run: testX11BehindLeftEntry},
+		{name: "X11_GoWaiterQueuedLateBehindARedissonHeadKeepsItsPlace", run: testX11LateBehindRedissonHead},
 	}
 }
 
@@ -290,5 +292,75 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 	t.Logf("the late Redisson waiter took the lock %v after it was freed", rl.at.Sub(released).Round(time.Millisecond))
 	if err := late.unlock(ctxFor(t, eventually)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testX11LateBehindRedissonHead: during a long hold, renewed by the
+// watchdog, a Redisson lock() queues first; a fairlock waiter queues behind
+// it more than the lock's expiry then (the wait Redisson's chain gave the
+// Redisson waiter) plus the waiter timeout later; then another Redisson
+// lock() queues. When the hold ends, the Redisson head acquires, and
+// Redisson's acquire takes its whole wait (300 s) off every deadline: the
+// fairlock waiter's must keep room for it, or the head's release purges
+// the fairlock waiter as dead and the later Redisson waiter overtakes it.
+func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
+	const waiterTimeout = 1500 * time.Millisecond
+	name := lockName(t)
+	hp := s.newProc(t, lock.WithLease(300*time.Millisecond))
+	holder := hp.mutex(t, name)
+	mustLock(t, holder)
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	record := func(who string) {
+		mu.Lock()
+		order = append(order, who)
+		mu.Unlock()
+	}
+	java := func(rc *redissonClient, thread int64, who string) <-chan result {
+		j := rc.lock(name, thread)
+		return goAcquire(func() (*lock.Hold, error) {
+			ctx := ctxFor(t, 60*time.Second)
+			if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
+				return nil, err
+			}
+			record(who)
+			return nil, j.unlock(ctx)
+		})
+	}
+	head := s.newRedisson(t)
+	hch := java(head, 1, "Redisson head")
+	waitQueued(t, holder, 1)
+	headField := head.lock(name, 1).field
+	// The head's Redisson deadline is its queueing time, plus the lock's
+	// TTL then, plus its 300 s wait: queue after that base and a waiter
+	// timeout.
+	redistest.Eventually(t, eventually, "a waiter timeout past the Redisson head's expected start", func() bool {
+		now, score := serverNowAndScore(t, hp, name, headField)
+		return score > 0 && now > score-redissonSlack.Milliseconds()+waiterTimeout.Milliseconds()+300
+	})
+	gm := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
+	gch := goAcquire(func() (*lock.Hold, error) {
+		ctx := ctxFor(t, 60*time.Second)
+		if _, err := gm.Lock(ctx); err != nil {
+			return nil, err
+		}
+		record("fairlock waiter")
+		return nil, gm.Unlock(ctx)
+	})
+	waitQueued(t, holder, 2)
+	lch := java(s.newRedisson(t), 2, "later Redisson waiter")
+	waitQueued(t, holder, 3)
+	mustUnlock(t, holder)
+	for _, ch := range []<-chan result{hch, gch, lch} {
+		if r := await(t, ch, 30*time.Second, "waiter"); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"Redisson head", "fairlock waiter", "later Redisson waiter"}; !slices.Equal(order, want) {
+		t.Errorf("acquired in the order %q, want %q: the fairlock waiter was dropped or overtaken", order, want)
 	}
 }

@@ -131,10 +131,16 @@ if score then
   end
   redis.call('zadd', KEYS[3], deadline, me)
 else
-  -- Join the tail, in Redisson's chain of deadlines with the waiter
-  -- timeout as this owner's wait, behind the last live entry.
+  -- Join the tail, behind the last live entry, with room for the
+  -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
+  -- + ARGV[8] (Redisson's fairLockWaitTimeout) for each Redisson waiter
+  -- queued - the entries without a liveness deadline, all ahead - and no
+  -- less than Redisson's chain, which covers longer Java waits while it
+  -- is fresh: the last deadline, plus the waiter timeout behind a
+  -- Redisson waiter.
   drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
-  local deadline = now + waiter_timeout
+  local javas = math.max(redis.call('zcard', KEYS[3]) - redis.call('zcard', KEYS[4]), 0)
+  local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
   local last = redis.call('lindex', KEYS[2], -1)
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)

@@ -13,15 +13,15 @@
 -- liveness deadline when it is first in line (so that, dead, it holds up
 -- Redisson waiters no longer than the waiter timeout). Decrements come only
 -- from Redisson waiters ahead of it acquiring (or giving up), each by its
--- own wait, and Redisson's chain of deadlines - each waiter's deadline is
--- the previous one's plus its wait - already counts them. So a fairlock
--- waiter joins the chain like a Redisson waiter whose wait is the waiter
--- timeout (behind another fairlock waiter it takes the same deadline: the
--- same Redisson waiters are ahead of both); each heartbeat moves its
--- deadline forward by the time since the previous heartbeat, which keeps
--- its margin over the decrements still to come; and whenever it becomes
--- the head its deadline is set to its liveness deadline (tighten). This
--- holds whatever wait the Redisson clients use.
+-- whole wait, however long it has waited already. So a fairlock waiter
+-- joins with room for all of them: the waiter timeout plus Redisson's
+-- fairLockWaitTimeout (WithRedissonSlack) per Redisson waiter queued, or
+-- Redisson's chain if later - the last waiter's deadline plus the waiter
+-- timeout, which counts longer Java waits but not the time they have been
+-- waiting; each heartbeat moves its deadline forward by the time since the
+-- previous one, which keeps that room over the decrements still to come;
+-- and whenever it becomes the head its deadline is set to its liveness
+-- deadline (tighten).
 --
 -- Time comes from the server (X1): server_now is Redis' own clock in
 -- milliseconds, never a client's, read once per script run and only when
