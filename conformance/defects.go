@@ -22,6 +22,7 @@ func defectCases() []testCase {
 		{name: "B9_QueueLengthAfterRedissonDropsALeftEntry", run: testB9LeftEntryDroppedByRedisson},
 		{name: "X11_RedissonWaiterBehindALeftEntryIsNotStranded", run: testX11BehindLeftEntry},
 		{name: "X11_GoWaiterQueuedLateBehindARedissonHeadKeepsItsPlace", run: testX11LateBehindRedissonHead},
+		{name: "X11_MixedSoakKeepsRedissonDeadlinesBounded", run: testX11MixedSoakDeadlines},
 	}
 }
 
@@ -362,5 +363,122 @@ func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 	defer mu.Unlock()
 	if want := []string{"Redisson head", "fairlock waiter", "later Redisson waiter"}; !slices.Equal(order, want) {
 		t.Errorf("acquired in the order %q, want %q: the fairlock waiter was dropped or overtaken", order, want)
+	}
+}
+
+// testX11MixedSoakDeadlines: three fairlock and three Redisson owners (a
+// 1 s wait, the fairlock clients' WithRedissonSlack too) take turns on one
+// lock for a few seconds. No waiter's Redisson deadline may run away: each
+// waiter's room for the ones ahead is their waits, so the latest deadline
+// stays within (queue length + 1) waits of now. Deadlines that drift with
+// every turn would keep a Java waiter that died judged alive for as long,
+// blocking everyone behind it, and the queue keys alive (X15).
+func testX11MixedSoakDeadlines(t *testing.T, s *suite) {
+	const (
+		soak          = 6 * time.Second
+		javaWait      = time.Second
+		waiterTimeout = time.Second
+	)
+	bound := func(queued int64) int64 {
+		return (queued+1)*max(javaWait, waiterTimeout).Milliseconds() + slack.Milliseconds()
+	}
+	name := lockName(t)
+	opts := []lock.Option{lock.WithWaiterTimeout(waiterTimeout), lock.WithRedissonSlack(javaWait), lock.WithLease(time.Second)}
+	spy := s.newProc(t)
+	end := time.Now().Add(soak)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		runs int
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	turn := func() {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+	}
+	for i := range 3 {
+		m := s.newProc(t, opts...).mutex(t, name)
+		j := s.newRedisson(t, withRedissonSlack(javaWait)).lock(name, int64(i+1))
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := m.Lock(ctx)
+				if err == nil {
+					turn()
+					err = m.Unlock(ctx)
+				}
+				cancel()
+				if err != nil {
+					fail(fmt.Errorf("fairlock owner: %w", err))
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := j.lockWithLease(ctx, time.Second)
+				if err == nil {
+					turn()
+					err = j.unlock(ctx)
+				}
+				cancel()
+				if err != nil {
+					fail(fmt.Errorf("Redisson owner: %w", err))
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var worst, latest, queued, samples int64
+	worst = -1 << 62
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			if time.Since(end) > 45*time.Second {
+				t.Fatal("the soak's owners did not finish")
+			}
+		}
+		rep := evalRaw(t, spy.b, `local t = redis.call('time')
+local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
+return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), redis.call('llen', KEYS[2]), string.format('%.0f', tonumber(top[2] or '0'))}`, keysOf(name))
+		now, n := rep.Elems[0].Int, rep.Elems[1].Int
+		top, err := strconv.ParseInt(rep.Elems[2].Str, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples++
+		if top == 0 {
+			continue
+		}
+		if excess := top - now - bound(n); excess > worst {
+			worst, latest, queued = excess, top-now, n
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d turns; %d samples; the worst: latest deadline %v from now with %d queued (%v over the bound)",
+		runs, samples, time.Duration(latest)*time.Millisecond, queued, time.Duration(worst)*time.Millisecond)
+	if worst > 0 {
+		t.Errorf("a Redisson deadline ran %v from now with %d queued, %v past (queue length + 1) x %v + %v",
+			time.Duration(latest)*time.Millisecond, queued, time.Duration(worst)*time.Millisecond, max(javaWait, waiterTimeout), slack)
 	}
 }

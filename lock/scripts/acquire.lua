@@ -135,9 +135,10 @@ else
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
   -- + ARGV[8] (Redisson's fairLockWaitTimeout) for each Redisson waiter
   -- queued - the entries without a liveness deadline, all ahead - and no
-  -- less than Redisson's chain, which covers longer Java waits while it
-  -- is fresh: the last deadline, plus the waiter timeout behind a
-  -- Redisson waiter.
+  -- less than the last one's deadline, which covers longer Java waits
+  -- while the chain is fresh. Never more: a chain that added to the last
+  -- deadline grew with every turn, as fairlock acquisitions take nothing
+  -- off it.
   drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
   local javas = math.max(redis.call('zcard', KEYS[3]) - redis.call('zcard', KEYS[4]), 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
@@ -145,11 +146,7 @@ else
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)
     if last_deadline then
-      local chained = tonumber(last_deadline)
-      if not redis.call('zscore', KEYS[4], last) then
-        chained = chained + waiter_timeout
-      end
-      deadline = math.max(deadline, chained)
+      deadline = math.max(deadline, tonumber(last_deadline))
     end
   end
   position = redis.call('rpush', KEYS[2], me)

@@ -16,12 +16,16 @@
 -- whole wait, however long it has waited already. So a fairlock waiter
 -- joins with room for all of them: the waiter timeout plus Redisson's
 -- fairLockWaitTimeout (WithRedissonSlack) per Redisson waiter queued, or
--- Redisson's chain if later - the last waiter's deadline plus the waiter
--- timeout, which counts longer Java waits but not the time they have been
--- waiting; each heartbeat moves its deadline forward by the time since the
--- previous one, which keeps that room over the decrements still to come;
--- and whenever it becomes the head its deadline is set to its liveness
--- deadline (tighten).
+-- the last waiter's deadline if later (Redisson's chain, which counts
+-- longer Java waits but not the time they have been waiting); each
+-- heartbeat moves its deadline forward by the time since the previous
+-- one, which keeps that room over the decrements still to come; and
+-- whenever it becomes the head its deadline is set to its liveness
+-- deadline (tighten). The room is counted afresh at each join, never added
+-- to the last deadline: fairlock acquisitions take nothing off the
+-- deadlines behind them, so a chain that grew by the waiter timeout at
+-- every fairlock waiter would run away in a busy queue (hours in a minute),
+-- and keep a Java waiter that died judged alive as long.
 --
 -- Time comes from the server (X1): server_now is Redis' own clock in
 -- milliseconds, never a client's, read once per script run and only when
