@@ -32,11 +32,13 @@
 -- replaced by a new hold with a new token and count 1, never re-entered.
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
--- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
+-- heads purged, B6 a grant re-entered is taken up, B7 "once" mode, B9
+-- left marks counted right, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
 -- line is woken (a hand-over grant is taken up), X6 fencing token, X8 no
--- loop over waiters, X11 Redisson-compatible deadlines, X12 the lease never
--- shrinks while held, X14 safe retries, X15 keys expire.
+-- loop over waiters, X11 Redisson-compatible deadlines (dead tails dropped,
+-- room for the Redisson waiters ahead), X12 the lease never shrinks while
+-- held, X14 safe retries, X15 keys expire.
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
