@@ -105,7 +105,7 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	}
 	s := &suite{newBackend: newBackend, cfg: cfg}
 	t.Run("rules", func(t *testing.T) {
-		for _, tc := range slices.Concat(ruleCases(), lifecycleCases(), mixedKeyCases(), handOverCases(), parityCases(), historyCases()) {
+		for _, tc := range slices.Concat(ruleCases(), lifecycleCases(), mixedKeyCases(), handOverCases(), parityCases(), historyCases(), defectCases()) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				tc.run(t, s)

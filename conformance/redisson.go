@@ -211,7 +211,7 @@ type redissonClient struct {
 	publish string
 
 	mu    sync.Mutex
-	calls map[string]int // script calls by name
+	calls map[string]int // script calls by name, and completed ones (name + doneSuffix)
 }
 
 // redissonOption configures a redissonClient.
@@ -250,7 +250,11 @@ func (c *redissonClient) eval(ctx context.Context, s *backend.Script, keys, args
 	c.mu.Lock()
 	c.calls[s.Name]++
 	c.mu.Unlock()
-	return c.b.Eval(ctx, s, keys, args)
+	rep, err := c.b.Eval(ctx, s, keys, args)
+	c.mu.Lock()
+	c.calls[s.Name+doneSuffix]++
+	c.mu.Unlock()
+	return rep, err
 }
 
 func (c *redissonClient) count(script string) int {

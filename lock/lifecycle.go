@@ -114,6 +114,17 @@ func (o *owner) view() wire.View {
 	return o.viewLocked()
 }
 
+// attemptView is what an acquire attempt sends of the live hold: its view
+// and its own lease (0: none).
+func (o *owner) attemptView() (wire.View, time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.hold == nil {
+		return wire.View{}, 0
+	}
+	return o.viewLocked(), o.lease
+}
+
 func (o *owner) viewLocked() wire.View {
 	if o.hold == nil {
 		return wire.View{}

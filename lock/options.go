@@ -85,10 +85,12 @@ func WithWaiterTimeout(d time.Duration) Option {
 // WithRedissonSlack sets how long a lock's queue keys outlive the latest
 // deadline of any waiter (default 5 min, Redisson's
 // fairLockWaitTimeout): the room left for Redisson waiters, whose wait this
-// is, when they queue after the last fairlock operation on the lock. With
+// is, when they queue after the last fairlock operation on the lock. It is
+// also the wait a fairlock waiter makes room for, in its Redisson deadline,
+// per Redisson waiter ahead of it (X11): set it to the Redisson clients'
+// fairLockWaitTimeout, and no less than their longest tryLock wait. With
 // no Redisson clients a small value (a second) makes dead waiters' entries
-// go sooner. It does not affect order: fairlock waiters keep their place
-// behind Redisson waiters whatever wait those use.
+// go sooner.
 func WithRedissonSlack(d time.Duration) Option {
 	return func(c *config) error {
 		if err := checkDuration("Redisson slack", d); err != nil {

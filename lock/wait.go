@@ -112,7 +112,7 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 	var r wire.AcquireReply
 	var sent time.Time
 	err := w.retry.do(ctx, func() (err error) {
-		w.call.View = w.o.view()
+		w.call.View, w.call.HoldLease = w.o.attemptView()
 		sent = time.Now()
 		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
 		return err

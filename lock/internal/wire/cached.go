@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,7 +18,7 @@ import (
 //	PTTL hash                        PEXPIRETIME hash, less the server's clock
 //	GET token                        GET token
 //	LLEN queue                       LLEN queue
-//	ZCOUNT alive 0 0                 ZCOUNT alive 0 0
+//	ZCOUNT alive 0 0, ZRANGE         ZCOUNT alive 0 0 (not 0: the script, ErrLeftMarks)
 //	HGETALL hash                     HGETALL hash
 //	LRANGE queue 0 limit-1           LRANGE queue 0 limit-1
 //	ZSCORE alive|timeouts owner      ZMSCORE alive|timeouts owners...  (Waiters)
@@ -114,8 +115,16 @@ func (r CachedRead) decodeAll(s Snapshot, reps []backend.Reply, now time.Time) (
 	return s, waiters, nil
 }
 
+// ErrLeftMarks says a cached Inspect must be the script's: entries owners
+// left behind (leave.lua) do not count in the queue length, and only the
+// script can tell their marks from those of entries a Redisson purge has
+// dropped since (left_in_queue in prelude.lua compares the zsets with the
+// server's clock, which no cacheable read does). Such marks are rare and
+// short-lived: while there are none, Inspect reads from the cache.
+var ErrLeftMarks = errors.New("wire: entries left behind in the queue: read with the script")
+
 // queueLength is inspect.lua's queue length from the LLEN and ZCOUNT
-// replies: the entries owners left behind (leave.lua) do not count.
+// replies when no entry is marked as left behind (ErrLeftMarks).
 func queueLength(llen, left backend.Reply) (int, error) {
 	n, err := llen.AsInt()
 	if err != nil {
@@ -125,7 +134,10 @@ func queueLength(llen, left backend.Reply) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(max(n-l, 0)), nil
+	if l > 0 {
+		return 0, ErrLeftMarks
+	}
+	return int(n), nil
 }
 
 // pttl turns a PEXPIRETIME reply into inspect.lua's PTTL: -2 for no key,

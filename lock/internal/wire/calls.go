@@ -17,6 +17,10 @@ type Acquire struct {
 	MaxHint       time.Duration // the longest wait hint: the heartbeat interval
 	Slack         time.Duration // how long the queue keys outlive the latest deadline
 	View          View
+	// HoldLease is the lease the hold View names was taken with (0: none):
+	// a re-entry of a hand-over grant not taken up yet takes it up with
+	// the longer of it and Lease.
+	HoldLease time.Duration
 }
 
 // Call returns the script invocation.
@@ -25,10 +29,10 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	if a.Once {
 		mode = "once"
 	}
-	args := append([]string{
+	args := append(append([]string{
 		a.Owner, ms(a.Lease), ms(a.WaiterTimeout), mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, ms(a.MaxHint), ms(a.Slack),
-	}, a.View.args()...)
+	}, a.View.args()...), ms(a.HoldLease))
 	return backend.Call{Script: s.acquire, Keys: k.Script(), Args: args}
 }
 

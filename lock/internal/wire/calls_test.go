@@ -160,7 +160,7 @@ func TestCachedRead(t *testing.T) {
 		backend.IntReply(10_400), // PEXPIRETIME hash
 		backend.StringReply("42"),
 		backend.IntReply(3), // LLEN
-		backend.IntReply(1), // ZCOUNT alive 0 0
+		backend.IntReply(0), // ZCOUNT alive 0 0: no entry left behind
 		backend.IntReply(-1),
 		backend.ArrayReply(backend.StringReply("c:2"), backend.StringReply("c:3")),
 	}
@@ -168,7 +168,7 @@ func TestCachedRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.HashTTL != 400 || s.Token != 42 || s.QueueLength != 2 || s.TokenTTL != -1 || len(s.Holders) != 1 || s.Holders[0].Count != 2 || len(waiters) != 2 {
+	if s.HashTTL != 400 || s.Token != 42 || s.QueueLength != 3 || s.TokenTTL != -1 || len(s.Holders) != 1 || s.Holders[0].Count != 2 || len(waiters) != 2 {
 		t.Errorf("Decode = %+v, %v", s, waiters)
 	}
 	q, err := DecodeWaiters(waiters, []backend.Reply{
@@ -180,5 +180,9 @@ func TestCachedRead(t *testing.T) {
 	}
 	if _, _, err := r.Decode(reps[:3], now); !errors.Is(err, backend.ErrUnexpectedReply) {
 		t.Errorf("short reply: %v", err)
+	}
+	reps[4] = backend.IntReply(1) // an entry left behind: only the script can count
+	if _, _, err := r.Decode(reps, now); !errors.Is(err, ErrLeftMarks) {
+		t.Errorf("with a left mark: %v, want ErrLeftMarks", err)
 	}
 }

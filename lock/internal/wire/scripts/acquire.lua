@@ -16,6 +16,7 @@
 --         (room for Redisson waiters that queue later; WithRedissonSlack)
 -- ARGV[9] token of the hold the client knows this owner has ("0": none)
 -- ARGV[10] that hold's count as the client knows it
+-- ARGV[11] that hold's own lease in ms (what it was taken with; "0": none)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
@@ -31,11 +32,13 @@
 -- replaced by a new hold with a new token and count 1, never re-entered.
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
--- heads purged, B7 "once" mode, X1 server time, X2 heartbeat: a queued owner
+-- heads purged, B6 a grant re-entered is taken up, B7 "once" mode, B9
+-- left marks counted right, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
 -- line is woken (a hand-over grant is taken up), X6 fencing token, X8 no
--- loop over waiters, X11 Redisson-compatible deadlines, X12 the lease never
--- shrinks while held, X14 safe retries, X15 keys expire.
+-- loop over waiters, X11 Redisson-compatible deadlines (dead tails dropped,
+-- room for the Redisson waiters ahead), X12 the lease never shrinks while
+-- held, X14 safe retries, X15 keys expire.
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
@@ -53,6 +56,15 @@ if held then
   count = math.max(count, 1)
   if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
     -- The hold the client knows: re-enter, once per count it knows.
+    if granted then
+      -- A hand-over grant its client holds by the message and has not
+      -- taken up yet: take it up first, with the longer of the hold's
+      -- lease and this call's (as renew.lua does), or the grant's
+      -- provisional expiry would outlive the hold (B6). The client counts
+      -- neither from later than now (X12).
+      take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, math.max(lease, tonumber(ARGV[11])))
+      ttl = nil
+    end
     if count == tonumber(ARGV[10]) then
       count = count + 1
     end
@@ -121,18 +133,22 @@ if score then
   end
   redis.call('zadd', KEYS[3], deadline, me)
 else
-  -- Join the tail, in Redisson's chain of deadlines with the waiter
-  -- timeout as this owner's wait.
-  local deadline = now + waiter_timeout
+  -- Join the tail, behind the last live entry, with room for the
+  -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
+  -- + ARGV[8] (Redisson's fairLockWaitTimeout) for each Redisson waiter
+  -- queued - the entries without a liveness deadline, all ahead - and no
+  -- less than the last one's deadline, which covers longer Java waits
+  -- while the chain is fresh. Never more: a chain that added to the last
+  -- deadline grew with every turn, as fairlock acquisitions take nothing
+  -- off it.
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+  local javas = math.max(redis.call('zcard', KEYS[3]) - redis.call('zcard', KEYS[4]), 0)
+  local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
   local last = redis.call('lindex', KEYS[2], -1)
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)
     if last_deadline then
-      local chained = tonumber(last_deadline)
-      if not redis.call('zscore', KEYS[4], last) then
-        chained = chained + waiter_timeout
-      end
-      deadline = math.max(deadline, chained)
+      deadline = math.max(deadline, tonumber(last_deadline))
     end
   end
   position = redis.call('rpush', KEYS[2], me)
@@ -140,10 +156,21 @@ else
   redis.call('zadd', KEYS[3], deadline, me)
 end
 redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+if score then
+  -- Dead entries at the tail go at every heartbeat (this owner, live, ends
+  -- the run), before a Redisson waiter chains on them (X11); a Redisson
+  -- waiter that has chained on one already and is dead is told.
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+end
+local left, stale = left_in_queue(KEYS[3], KEYS[4])
+if stale then
+  -- Marks of entries a Redisson purge dropped: forget them (B9).
+  redis.call('zremrangebyscore', KEYS[4], left_mark, left_mark)
+end
 if position > 1 then
   -- Entries owners left behind (leave.lua) do not count; the live head
   -- is ahead.
-  position = math.max(position - redis.call('zcount', KEYS[4], left_mark, left_mark), 2)
+  position = math.max(position - left, 2)
 end
 keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout)
 

@@ -8,7 +8,7 @@
 -- ARGV[1] how many queue entries to list (0: none)
 --
 -- Returns {now ms, lock pttl ms, token, queue length (without the entries
---          owners left behind, leave.lua),
+--          owners left behind, leave.lua; left_in_queue),
 --          {field, count, field, count, ...},
 --          {owner, deadline, heartbeats, owner, deadline, heartbeats, ...},
 --          token counter pttl ms}; a waiter's deadline is its fairlock
@@ -40,7 +40,7 @@ return {
   server_now(),
   redis.call('pttl', KEYS[1]),
   tonumber(redis.call('get', KEYS[5]) or '0'),
-  math.max(redis.call('llen', KEYS[2]) - redis.call('zcount', KEYS[4], left_mark, left_mark), 0),
+  math.max(redis.call('llen', KEYS[2]) - left_in_queue(KEYS[3], KEYS[4]), 0),
   redis.call('hgetall', KEYS[1]),
   entries,
   redis.call('pttl', KEYS[5]),

@@ -44,7 +44,7 @@ elseif redis.call('zscore', KEYS[3], me) then
   queued = 1
   if redis.call('lindex', KEYS[2], -1) == me then
     drop('rpop', KEYS[2], KEYS[3], KEYS[4], me)
-    drop_dead_tails(KEYS[2], KEYS[3], KEYS[4])
+    drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
   else
     -- Further up: left in place, dead by every script's rule - Redisson's
     -- too, whose purge drops a head whose deadline has passed - until it

@@ -13,15 +13,19 @@
 -- liveness deadline when it is first in line (so that, dead, it holds up
 -- Redisson waiters no longer than the waiter timeout). Decrements come only
 -- from Redisson waiters ahead of it acquiring (or giving up), each by its
--- own wait, and Redisson's chain of deadlines - each waiter's deadline is
--- the previous one's plus its wait - already counts them. So a fairlock
--- waiter joins the chain like a Redisson waiter whose wait is the waiter
--- timeout (behind another fairlock waiter it takes the same deadline: the
--- same Redisson waiters are ahead of both); each heartbeat moves its
--- deadline forward by the time since the previous heartbeat, which keeps
--- its margin over the decrements still to come; and whenever it becomes
--- the head its deadline is set to its liveness deadline (tighten). This
--- holds whatever wait the Redisson clients use.
+-- whole wait, however long it has waited already. So a fairlock waiter
+-- joins with room for all of them: the waiter timeout plus Redisson's
+-- fairLockWaitTimeout (WithRedissonSlack) per Redisson waiter queued, or
+-- the last waiter's deadline if later (Redisson's chain, which counts
+-- longer Java waits but not the time they have been waiting); each
+-- heartbeat moves its deadline forward by the time since the previous
+-- one, which keeps that room over the decrements still to come; and
+-- whenever it becomes the head its deadline is set to its liveness
+-- deadline (tighten). The room is counted afresh at each join, never added
+-- to the last deadline: fairlock acquisitions take nothing off the
+-- deadlines behind them, so a chain that grew by the waiter timeout at
+-- every fairlock waiter would run away in a busy queue (hours in a minute),
+-- and keep a Java waiter that died judged alive as long.
 --
 -- Time comes from the server (X1): server_now is Redis' own clock in
 -- milliseconds, never a client's, read once per script run and only when
@@ -104,6 +108,20 @@ local function drop(pop, queue, timeouts, alive, owner)
   return had
 end
 
+-- drop_dead is drop for an owner dead by its deadline (is_dead; live is
+-- its liveness deadline, nil for a Redisson waiter). A Redisson waiter is
+-- told ("0"): it may be alive still - a deadline shortened by Redisson's
+-- own decrements, or chained on an entry that was already dead - and
+-- waiting for a message with no timeout (upstream waits so after a
+-- negative hint, #5503); told, it runs its acquire again and queues anew
+-- (B3), instead of waiting for ever while nobody knows of it (X11).
+local function drop_dead(pop, queue, timeouts, alive, channel_prefix, publish, owner, live)
+  drop(pop, queue, timeouts, alive, owner)
+  if not live then
+    notify(publish, channel_prefix, owner)
+  end
+end
+
 -- settle_head removes queue heads that are dead (B5). Only the run of dead
 -- heads is visited, never the whole queue (X8). When the head changed -
 -- changed says the caller has just popped one, or a dead one was removed
@@ -127,7 +145,7 @@ local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish
       end
       return head, live
     end
-    drop('lpop', queue, timeouts, alive, head)
+    drop_dead('lpop', queue, timeouts, alive, channel_prefix, publish, head, live)
     changed = true
   end
 end
@@ -142,17 +160,44 @@ end
 -- skipped by Inspect, taken out when the owner queues again.
 local left_mark = 0
 
+-- left_in_queue returns how many queue entries are ones owners left
+-- behind (left_mark), and whether the marks in alive are all stale: a
+-- Redisson script's purge drops such an entry from the list and
+-- Redisson's zset only, and leaves its mark. An entry left behind keeps
+-- the Redisson deadline of the moment it left, which only Redisson's
+-- decrements move (down), so while none of the queue's Redisson deadlines
+-- has passed, none is queued and every mark is of an entry gone (B9).
+-- Two reads, one when there is no mark; never a visit of the queue (X8).
+local function left_in_queue(timeouts, alive)
+  local marks = redis.call('zcount', alive, left_mark, left_mark)
+  if marks == 0 then
+    return 0, false
+  end
+  local first = redis.call('zrange', timeouts, 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) <= server_now() then
+    return marks, false
+  end
+  return 0, true
+end
+
 -- drop_dead_tails removes the run of dead owners at the tail of the queue
 -- (owners that left from the middle, see leave.lua, once everyone behind
--- them has gone), so that whoever queues next chains its deadline on a
--- live waiter. Only that run is visited (X8).
-local function drop_dead_tails(queue, timeouts, alive)
+-- them has gone - Redisson's own leave runs no fairlock code - and
+-- Redisson waiters whose deadline has passed), so that whoever queues
+-- next chains its deadline on a live waiter: a Redisson waiter chaining
+-- on a dead entry gets a negative hint and a deadline that may have
+-- passed already (X11). Only that run is visited (X8).
+local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   while true do
     local tail = redis.call('lindex', queue, -1)
-    if not tail or not is_dead(timeouts, alive, tail) then
+    if not tail then
       return
     end
-    drop('rpop', queue, timeouts, alive, tail)
+    local dead, live = is_dead(timeouts, alive, tail)
+    if not dead then
+      return
+    end
+    drop_dead('rpop', queue, timeouts, alive, channel_prefix, publish, tail, live)
   end
 end
 

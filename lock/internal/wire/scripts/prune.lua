@@ -22,7 +22,7 @@
 -- force unlock.
 --
 -- Rules: B5 dead waiters removed, X3 the new head is woken, X11 Redisson
--- waiters judged by their own deadlines.
+-- waiters judged by their own deadlines, and told when removed.
 local now = server_now()
 local before = redis.call('llen', KEYS[2])
 -- Only dead owners are removed below, so the live head purge returns
@@ -30,10 +30,15 @@ local before = redis.call('llen', KEYS[2])
 local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 for _, zset in ipairs({KEYS[4], KEYS[3]}) do
   for _, owner in ipairs(redis.call('zrangebyscore', zset, '-inf', now)) do
-    if is_dead(KEYS[3], KEYS[4], owner) then
+    local dead, liveness = is_dead(KEYS[3], KEYS[4], owner)
+    if dead then
       redis.call('lrem', KEYS[2], 0, owner)
       redis.call('zrem', KEYS[3], owner)
       redis.call('zrem', KEYS[4], owner)
+      if not liveness then
+        -- A Redisson waiter: told, as drop_dead tells it (X11).
+        notify(ARGV[2], ARGV[1], owner)
+      end
     end
   end
 end
