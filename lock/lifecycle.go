@@ -328,10 +328,7 @@ func (o *owner) renewed(h *Hold, call wire.Renew, got wire.RenewReply, sent time
 			o.mu.Unlock()
 			return true
 		}
-		err := fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost)
-		o.endLocked(err)
-		o.mu.Unlock()
-		o.onEnd(h, err)
+		o.finish(fmt.Errorf("%w: no longer held (lease ran out, force-unlocked or deleted)", ErrLockLost))
 		return false
 	}
 	if credit := got.Credit(call); credit > 0 {
@@ -386,11 +383,11 @@ func (o *owner) released(h *Hold, left int, sent time.Time, err error) bool {
 		return false
 	}
 	o.mu.Lock()
-	o.releases--
-	if o.hold != h {
+	if o.hold != h { // ended meanwhile (its releases count went with it)
 		o.mu.Unlock()
 		return false
 	}
+	o.releases--
 	var why error
 	switch {
 	case err != nil:
@@ -405,9 +402,7 @@ func (o *owner) released(h *Hold, left int, sent time.Time, err error) bool {
 		o.mu.Unlock()
 		return false
 	}
-	o.endLocked(why)
-	o.mu.Unlock()
-	o.onEnd(h, why)
+	o.finish(why)
 	return true
 }
 
@@ -425,10 +420,7 @@ func (o *owner) expire(h *Hold) {
 		o.mu.Unlock()
 		return
 	}
-	err := fmt.Errorf("%w: no grant or renewal acknowledged within the lease (%v)", ErrLockLost, o.lease)
-	o.endLocked(err)
-	o.mu.Unlock()
-	o.onEnd(h, err)
+	o.finish(fmt.Errorf("%w: no grant or renewal acknowledged within the lease (%v)", ErrLockLost, o.lease))
 }
 
 // end ends h, if it is the live hold, with err, and reports whether it did.
@@ -438,15 +430,23 @@ func (o *owner) end(h *Hold, err error) bool {
 		o.mu.Unlock()
 		return false
 	}
-	o.endLocked(err)
-	o.mu.Unlock()
-	o.onEnd(h, err)
+	o.finish(err)
 	return true
 }
 
 // endLive ends the live hold, if any, with err.
 func (o *owner) endLive(err error) {
 	o.end(o.current(), err)
+}
+
+// finish ends the live hold with err, unlocks mu (which the caller
+// holds) and tells onEnd.
+func (o *owner) finish(err error) {
+	h := o.endLocked(err)
+	o.mu.Unlock()
+	if h != nil {
+		o.onEnd(h, err)
+	}
 }
 
 // endLocked ends the live hold with err and returns it (nil: none). The
@@ -459,6 +459,6 @@ func (o *owner) endLocked(err error) *Hold {
 	h.err = err
 	close(h.done)
 	o.timer.Stop()
-	o.hold, o.count, o.unconfirmed = nil, 0, false
+	o.hold, o.count, o.unconfirmed, o.releases = nil, 0, false, 0
 	return h
 }
