@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,5 +106,44 @@ func TestAPIEdges(t *testing.T) {
 	c.Close()
 	if _, err := c.NewMutex("orders"); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("NewMutex after Close: %v, want ErrClosed", err)
+	}
+}
+
+// slowDownBackend is a server behind a black hole: every request times
+// out after delay, as a partition's do.
+type slowDownBackend struct {
+	downBackend
+	delay time.Duration
+}
+
+var errTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+func (b slowDownBackend) Eval(ctx context.Context, _ *backend.Script, _, _ []string) (backend.Reply, error) {
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-t.C: // the request's own timeout, not synchronisation
+		return backend.Reply{}, errTimeout
+	case <-ctx.Done():
+		return backend.Reply{}, ctx.Err()
+	}
+}
+
+// TestTryLock_SlowServerDownIsNotBusy: a TryLock whose only attempt timed
+// out after its wait had run out (a partition, not a refused connection)
+// says ErrUnavailable, not busy.
+func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
+	c, err := lock.NewClient(slowDownBackend{delay: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.NewMutex("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.TryLock(context.Background(), 50*time.Millisecond)
+	if !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock = %v, want ErrUnavailable wrapping the timeout, not ErrNotAcquired", err)
 	}
 }

@@ -211,6 +211,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	o.mu.Lock()
 	if o.hold != nil && o.hold.token == r.Token {
 		o.count = r.Count
+		o.unconfirmed = false // acquire.lua takes a grant up when it re-enters it
 		o.watchdog = o.watchdog || watchdog
 		o.lease = max(o.lease, lease)
 		o.extendLocked(sent, lease)

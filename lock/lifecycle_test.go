@@ -327,3 +327,20 @@ func TestOwner_ReconnectDuringAGrant(t *testing.T) {
 		}
 	}
 }
+
+// A re-entry of a hold taken from a hand-over message confirms it:
+// acquire.lua takes the grant up when it re-enters it, so the watchdog
+// must not renew an explicit-lease hold for it.
+func TestOwner_ReentryConfirmsAGrant(t *testing.T) {
+	o, _ := newTestOwner()
+	h := o.adopt(7, time.Now(), 5*time.Second, time.Second, false)
+	if h == nil || o.phase() != phaseUnconfirmed {
+		t.Fatalf("adopt: %v %s", h, o.phase())
+	}
+	if _, err := o.granted(grantedReply(7, 2), time.Now(), wire.View{Token: 7, Count: 1}, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if call, _ := o.renewal(h); o.phase() != phaseHeld || call.Lease != 0 {
+		t.Fatalf("after the re-entry: %s, renewal lease %v; want held, only checked", o.phase(), call.Lease)
+	}
+}

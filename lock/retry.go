@@ -29,14 +29,19 @@ type retrier struct {
 
 // do calls op until it returns nil, an error retrying cannot fix (not
 // transient, or marked final), or its limit of calls is reached; between
-// calls it pauses (pause), and returns the pause's error - ctx's, or
-// ErrClosed, wrapping the last one - when ctx ends or the client closes.
-// It is the one retry loop of every request the lock repeats.
+// calls it pauses (pause). When ctx ends or the client closes after a
+// transient error, it returns ctx's error (or ErrClosed) wrapping that
+// one and ErrUnavailable, as pause does. It is the one retry loop of
+// every request the lock repeats.
 func (r *retrier) do(ctx context.Context, op func() error) error {
 	for n := 1; ; n++ {
 		err := op()
-		if err == nil || !transient(err) || ctx.Err() != nil || n == r.limit {
+		switch {
+		case err == nil || !transient(err) || n == r.limit:
 			return err
+		case ctx.Err() != nil:
+			r.last = err
+			return joinLine(ctx.Err(), unavailable(err))
 		}
 		if err := r.pause(ctx, err); err != nil {
 			return err

@@ -34,6 +34,11 @@ func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) 
 	if limit < 0 {
 		return inspect.State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidArgument, limit))
 	}
+	end, err := m.c.begin() // Close waits for the read before it closes the backend
+	if err != nil {
+		return inspect.State{}, m.errorf(err)
+	}
+	defer end()
 	if st, ok := m.cachedState(ctx, kind, limit); ok {
 		return st, nil
 	}

@@ -243,16 +243,18 @@ func TestAdmin_PruneWaiters(t *testing.T) {
 	s := startRedis(t)
 	holder, _, waiter, _ := heldWithWaiter(t, s.addr, "jobs")
 	ctx := context.Background()
-	// Two Redisson waiters behind the live one, their deadlines passed.
+	// Two Redisson waiters behind the live one, their deadlines passed, and
+	// a live one behind them (so no heartbeat drops them as dead tails).
 	rc := rawClient(t, s.addr)
 	st, err := holder.Inspect(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	past := fmt.Sprint(st.ServerTime.Add(-2 * time.Second).UnixMilli())
+	future := fmt.Sprint(st.ServerTime.Add(10 * time.Minute).UnixMilli())
 	for _, cmd := range [][]string{
-		{"RPUSH", "redisson_lock_queue:{jobs}", "dead-1:1", "dead-2:1"},
-		{"ZADD", "redisson_lock_timeout:{jobs}", past, "dead-1:1", past, "dead-2:1"},
+		{"RPUSH", "redisson_lock_queue:{jobs}", "dead-1:1", "dead-2:1", "live-java:1"},
+		{"ZADD", "redisson_lock_timeout:{jobs}", past, "dead-1:1", past, "dead-2:1", future, "live-java:1"},
 	} {
 		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -263,7 +265,7 @@ func TestAdmin_PruneWaiters(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{`Drop the dead waiters of "jobs" (3 waiting, 2 dead waiters)? [y/N]`, "dead?"} {
+	for _, want := range []string{`Drop the dead waiters of "jobs" (4 waiting, 2 dead waiters)? [y/N]`, "dead?"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
@@ -272,12 +274,12 @@ func TestAdmin_PruneWaiters(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	st, err = holder.Inspect(ctx, 10)
-	if err != nil || st.QueueLength != 1 || st.Queue[0].Owner != waiter.Owner() || st.CountOf(holder.Owner()) != 1 {
-		t.Fatalf("after prune-waiters: %+v, %v; want the holder holding and the live waiter alone in the queue", st, err)
+	if err != nil || st.QueueLength != 2 || st.Queue[0].Owner != waiter.Owner() || st.Queue[1].Owner != "live-java:1" || st.CountOf(holder.Owner()) != 1 {
+		t.Fatalf("after prune-waiters: %+v, %v; want the holder holding and the two live waiters in the queue", st, err)
 	}
 	// Now there is nothing to prune: no question.
 	r = runCLI(t, nil, "prune-waiters", "jobs", "--addr", s.addr)
-	if r.code != exitOK || !strings.Contains(r.stdout, `no dead waiter among the 1 waiter of "jobs": nothing to prune`) {
+	if r.code != exitOK || !strings.Contains(r.stdout, `no dead waiter among the 2 waiters of "jobs": nothing to prune`) {
 		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
