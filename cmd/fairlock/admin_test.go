@@ -252,9 +252,11 @@ func TestAdmin_PruneWaiters(t *testing.T) {
 	}
 	past := fmt.Sprint(st.ServerTime.Add(-2 * time.Second).UnixMilli())
 	future := fmt.Sprint(st.ServerTime.Add(10 * time.Minute).UnixMilli())
+	// Deadlines first: an entry queued without one is dead, and a
+	// heartbeat in between would drop it from the tail.
 	for _, cmd := range [][]string{
-		{"RPUSH", "redisson_lock_queue:{jobs}", "dead-1:1", "dead-2:1", "live-java:1"},
 		{"ZADD", "redisson_lock_timeout:{jobs}", past, "dead-1:1", past, "dead-2:1", future, "live-java:1"},
+		{"RPUSH", "redisson_lock_queue:{jobs}", "dead-1:1", "dead-2:1", "live-java:1"},
 	} {
 		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
 			t.Fatal(err)

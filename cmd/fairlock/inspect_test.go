@@ -323,8 +323,9 @@ func TestInspect_Descriptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cmd := range [][]string{
-		{"RPUSH", "redisson_lock_queue:{described}", redisson},
+		// Its deadline first: a heartbeat would drop a tail queued without one.
 		{"ZADD", "redisson_lock_timeout:{described}", fmt.Sprint(st.ServerTime.Add(5 * time.Minute).UnixMilli()), redisson},
+		{"RPUSH", "redisson_lock_queue:{described}", redisson},
 	} {
 		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
 			t.Fatal(err)
