@@ -5,7 +5,8 @@
 //
 // # Model
 //
-// A Client wraps a backend.Backend (see rueidisbackend and valkeybackend)
+// A Client wraps a backend.Backend (see rueidisbackend, valkeybackend and
+// goredisbackend), which it closes when it closes,
 // and has a random client ID. A Mutex is one owner's handle on one lock
 // name; the owner field written to Redis is "<clientID>:<ownerID>".
 // Goroutines sharing a Mutex share ownership (a second Lock re-enters);
@@ -18,19 +19,21 @@
 //
 // # How it works
 //
-// The algorithm is the Lua scripts in scripts/ plus mutex.go. The lock
-// hash, a FIFO list of waiting owners and a zset of their deadlines live
-// in one cluster slot. Acquire takes the lock when it is free and the owner
-// is first in line, else queues the owner once and tells it how long to
-// wait. Queued owners re-run acquire at least every third of the waiter
-// timeout, which refreshes their deadline (a heartbeat), and are woken
-// earlier by a message on their own channel when the lock is released or
-// the head changes. A release grants the lock to a live fairlock waiter at
-// the head in the same script and says so in that message, so the waiter
-// holds without another round trip (wait.go, adopt); the waiter that
-// becomes first in line behind it is told how long the hold has left. The
-// head never waits longer than the lease left, so a crashed holder's lock
-// passes on without an unlock. Time is always the server's.
+// The lock hash, a FIFO list of waiting owners and a zset of their
+// deadlines live in one cluster slot, as Redisson lays them out; Lua
+// scripts (package lock/internal/wire) change them atomically. Acquire
+// takes the lock when it is free and the owner is first in line, else
+// queues the owner once and tells it how long to wait. Queued owners
+// re-run acquire at least every third of the waiter timeout, which
+// refreshes their deadline (a heartbeat), and are woken earlier by a
+// message on their own channel when the lock is released or the head
+// changes. A release grants the lock to a live fairlock waiter at the head
+// in the same script and says so in that message, so the waiter holds
+// without another round trip; the waiter that becomes first in line behind
+// it is told how long the hold has left. The head never waits longer than
+// the lease left, so a crashed holder's lock passes on without an unlock.
+// Time is always the server's. DESIGN.md in the repository says which type
+// owns what.
 //
 // # For operators
 //
@@ -38,7 +41,8 @@
 // Inspect and `fairlock inspect`; Mutex.Extend extends an explicit lease;
 // Client.PruneWaiters drops dead waiters; WithCachedReads serves the read
 // methods from the client-side cache for dashboards; Mutex.Locker adapts a
-// Mutex to sync.Locker.
+// Mutex to sync.Locker. Package lock/inspect holds what Inspect reports,
+// package lock/observe what an observer (package otel) is told.
 //
 // # Guarantees
 //
