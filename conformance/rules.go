@@ -53,6 +53,7 @@ func ruleCases() []testCase {
 		{name: "X6_FencingTokensIncrease", run: testX6Tokens},
 		{name: "X7_LostLockIsSignalled", run: testX7LostLock},
 		{name: "X7_ForceUnlockedHolderIsTold", run: testX7ForceUnlocked},
+		{name: "X7_EvictedHolderIsToldAtOnce", run: testX7EvictedAtOnce},
 		{name: "X8_LeaveFromTheMiddleLeavesADeadEntry", run: testX8LeaveFromTheMiddle},
 		{name: "X10_BadInputTouchesNothing", run: testX10BadInput},
 		{name: "P2_500OwnersEachAcquireOnce", run: testManyOwners},

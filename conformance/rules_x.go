@@ -373,6 +373,44 @@ func testX7ForceUnlocked(t *testing.T, s *suite) {
 	}
 }
 
+// testX7EvictedAtOnce: a hold that another client force-unlocks or
+// deletes ends at once - its client is told on its own channel - not at
+// its next renewal, a third of the default 30 s lease away.
+func testX7EvictedAtOnce(t *testing.T, s *suite) {
+	for _, how := range []string{"force_unlock", "delete"} {
+		t.Run(how, func(t *testing.T) {
+			name := lockName(t)
+			hp := s.newProc(t) // the default lease: the next renewal is 10 s away
+			holder := hp.mutex(t, name)
+			admin := s.newProc(t).mutex(t, name)
+			h := mustLock(t, holder)
+			// The client listens on its own channel from its first hold on.
+			redistest.Eventually(t, eventually, "the holder's client to listen on its channel", func() bool {
+				return hp.b.count(clientSubscribe+doneSuffix) > 0
+			})
+			start := time.Now()
+			var err error
+			if how == "force_unlock" {
+				_, err = admin.ForceUnlock(ctxFor(t, eventually))
+			} else {
+				_, err = admin.Delete(ctxFor(t, eventually))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-h.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the holder was not told within 5s of the %s (its next renewal is 10 s away)", how)
+			}
+			if !errors.Is(h.Err(), lock.ErrLockLost) {
+				t.Errorf("holder's error %v, want ErrLockLost", h.Err())
+			}
+			t.Logf("holder told %v after the %s returned", time.Since(start), how)
+		})
+	}
+}
+
 func testX10BadInput(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	good := p.mutex(t, lockName(t))

@@ -270,6 +270,11 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 	}
 	b.mu.Unlock()
 	sub, err := b.Backend.Subscribe(ctx, channel)
+	if client && err == nil {
+		b.mu.Lock()
+		b.counts[clientSubscribe+doneSuffix]++
+		b.mu.Unlock()
+	}
 	if !client {
 		b.mu.Lock()
 		b.counts["SUBSCRIBE"+doneSuffix]++

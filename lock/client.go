@@ -211,6 +211,24 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	return nil
 }
 
+// evicted ends the hold of token on the lock whose hash is key, if the
+// client has it: someone else force-unlocked or deleted it.
+func (c *Client) evicted(key string, token int64) {
+	c.mu.Lock()
+	var found *Hold
+	var ref holdRef
+	for h, r := range c.holds {
+		if h.token == token && r.m.keys.Hash == key {
+			found, ref = h, r
+			break
+		}
+	}
+	c.mu.Unlock()
+	if found != nil {
+		ref.o.end(found, fmt.Errorf("%w: lock force-unlocked or deleted by another client", ErrLockLost))
+	}
+}
+
 // liveHolds returns the holds the watchdog renews.
 func (c *Client) liveHolds() []*Hold {
 	c.mu.Lock()

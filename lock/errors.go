@@ -35,7 +35,7 @@ var (
 	ErrNotHeld = errors.New("lock: not held by this owner")
 	// ErrLockLost: a Hold ended without Unlock: its lease ran out, someone
 	// force-unlocked or deleted the lock, or renewal kept failing for longer
-	// than the lease. Reported by Hold.Err.
+	// than the lease. Reported by Hold.Err; see Hold.Done for how soon.
 	ErrLockLost = errors.New("lock: lock lost")
 	// ErrReleased: Hold.Err after the owner's last Unlock.
 	ErrReleased = errors.New("lock: released")

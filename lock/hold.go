@@ -38,7 +38,14 @@ func (h *Hold) Token() int64 {
 
 // Done returns a channel that is closed when the hold ends: released by the
 // last Unlock, or lost. Stop working on the guarded resource when it
-// closes without your Unlock. For a nil Hold it is closed already.
+// closes without your Unlock. When the lease runs out or renewals fail, it
+// closes before the server can let anyone else in. When another fairlock
+// client force-unlocks or deletes the lock, it closes within about one
+// network delay (the script tells the holder's client on its own
+// channel). When the lock hash is deleted by hand or evicted, or a
+// Redisson client force-unlocks it, it closes at the watchdog's next
+// check, a third of the client's lease later. For a nil Hold it is closed
+// already.
 func (h *Hold) Done() <-chan struct{} {
 	if h == nil {
 		c := make(chan struct{})

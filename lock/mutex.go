@@ -392,8 +392,10 @@ func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration
 }
 
 // ForceUnlock releases the lock whoever holds it and wakes the next waiter,
-// which a fairlock waiter takes at once. It reports whether a holder was
-// removed. Anyone who can run the scripts can force-unlock.
+// which a fairlock waiter takes at once. A fairlock holder is told within
+// about one network delay: its Hold ends with ErrLockLost. It reports
+// whether a holder was removed. Anyone who can run the scripts can
+// force-unlock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
@@ -408,8 +410,10 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 
 // Delete removes the lock's state - the lock hash, queue and timeouts -
 // whoever holds it, and wakes the head waiter, which takes the lock; other
-// waiters queue again at their next heartbeat. The fencing counter
-// is kept so tokens never go backwards. It reports whether anything existed.
+// waiters queue again at their next heartbeat. A fairlock holder is told
+// within about one network delay: its Hold ends with ErrLockLost. The
+// fencing counter is kept so tokens never go backwards. It reports
+// whether anything existed.
 func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err

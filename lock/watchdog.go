@@ -113,11 +113,13 @@ func (w *watchdog) renewTimeout() time.Duration {
 // reconnectTimeout bounds one try to subscribe to the client's channel.
 const reconnectTimeout = 5 * time.Second
 
-// reconnects is the client's reconnect listener: it waits for the
-// client's first hold, subscribes to the client's own channel (nobody
-// publishes there; one per client), and passes the subscription
-// connection's reconnect events on to the watchdog. It runs beside the
-// watchdog so that a slow subscription never delays renewals.
+// reconnects is the client's listener on its own channel (one per
+// client): it waits for the client's first hold, subscribes, and passes
+// the subscription connection's reconnect events on to the watchdog, and
+// the scripts' notices that someone else force-unlocked or deleted one of
+// the client's holds (tell_evicted) to that hold, which ends at once. It
+// runs beside the watchdog so that a slow subscription never delays
+// renewals.
 type reconnects struct {
 	c    *Client
 	dog  *watchdog
@@ -170,6 +172,10 @@ func (r *reconnects) run(stop <-chan struct{}) {
 		case e := <-sub.Events():
 			if e.Reconnect {
 				r.dog.reconnected()
+				continue
+			}
+			if msg := wire.ParseMessage(e.Payload); msg.Kind == wire.Lost {
+				r.c.evicted(msg.Key, msg.Token)
 			}
 		case <-stop:
 			return

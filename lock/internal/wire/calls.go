@@ -175,7 +175,7 @@ func (e Evict) Call(s *Scripts, k Keys) backend.Call {
 	if e.Delete {
 		script = s.deleteLock
 	}
-	return backend.Call{Script: script, Keys: k.Script(), Args: []string{e.Wake.ChannelPrefix, e.Wake.Publish}}
+	return backend.Call{Script: script, Keys: k.Script(), Args: []string{e.Wake.ChannelPrefix, e.Wake.Publish, ClientChannelPrefix}}
 }
 
 // Prune is one run of prune.lua: drop every dead waiter.

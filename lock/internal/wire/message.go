@@ -13,6 +13,10 @@ import (
 //	"head:<ms>"                you are first in line; the hold has ms left
 //	"grant:<token>:<server µs>" you hold the lock, with this token, granted then
 //
+// and on a client's own channel (ClientChannelPrefix + client ID; tell_evicted):
+//
+//	"lost:<token>:<lock hash>"  the hold of this token on this lock was force-unlocked or deleted
+//
 // Redisson waiters read every message as "check again".
 
 // MessageKind says what a wake-up message announces.
@@ -26,19 +30,24 @@ const (
 	Head
 	// Grant: a release granted the owner the lock (one-message hand-over).
 	Grant
+	// Lost: someone else force-unlocked or deleted the hold of Token on
+	// the lock whose hash is Key.
+	Lost
 )
 
 // Message is a decoded wake-up message.
 type Message struct {
 	Kind  MessageKind
 	TTL   time.Duration // Head: the hold's time left
-	Token int64         // Grant: the fencing token of the new hold
+	Token int64         // Grant: the fencing token of the new hold; Lost: of the hold ended
 	At    int64         // Grant: the server's time of the grant, µs
+	Key   string        // Lost: the lock hash
 }
 
 const (
 	headPrefix  = "head:"
 	grantPrefix = "grant:"
+	lostPrefix  = "lost:"
 )
 
 // ParseMessage decodes a payload; a malformed head or grant is a plain
@@ -50,6 +59,14 @@ func ParseMessage(payload string) Message {
 			return Message{}
 		}
 		return Message{Kind: Head, TTL: time.Duration(ms) * time.Millisecond}
+	}
+	if rest, ok := strings.CutPrefix(payload, lostPrefix); ok {
+		t, key, ok := strings.Cut(rest, ":")
+		token, err := strconv.ParseInt(t, 10, 64)
+		if !ok || err != nil || token <= 0 || key == "" {
+			return Message{}
+		}
+		return Message{Kind: Lost, Token: token, Key: key}
 	}
 	rest, ok := strings.CutPrefix(payload, grantPrefix)
 	if !ok {
@@ -71,6 +88,8 @@ func (m Message) String() string {
 		return headPrefix + strconv.FormatInt(m.TTL.Milliseconds(), 10)
 	case Grant:
 		return grantPrefix + strconv.FormatInt(m.Token, 10) + ":" + strconv.FormatInt(m.At, 10)
+	case Lost:
+		return lostPrefix + strconv.FormatInt(m.Token, 10) + ":" + m.Key
 	}
 	return "0"
 }

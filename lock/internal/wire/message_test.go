@@ -26,6 +26,10 @@ func TestParseMessage(t *testing.T) {
 		{"head:", Message{}},
 		{"head:2.5", Message{}},
 		{"", Message{}},
+		{"lost:42:orders", Message{Kind: Lost, Token: 42, Key: "orders"}},
+		{"lost:42:app:{orders}:x", Message{Kind: Lost, Token: 42, Key: "app:{orders}:x"}},
+		{"lost:42:", Message{}},
+		{"lost:x:orders", Message{}},
 	}
 	for _, tc := range tests {
 		if got := ParseMessage(tc.payload); got != tc.want {
@@ -36,7 +40,7 @@ func TestParseMessage(t *testing.T) {
 
 // TestMessageRoundTrip: what String encodes, ParseMessage reads back.
 func TestMessageRoundTrip(t *testing.T) {
-	for _, m := range []Message{{}, {Kind: Head, TTL: 1500 * time.Millisecond}, {Kind: Grant, Token: 42, At: 7}} {
+	for _, m := range []Message{{}, {Kind: Head, TTL: 1500 * time.Millisecond}, {Kind: Grant, Token: 42, At: 7}, {Kind: Lost, Token: 9, Key: "a:b"}} {
 		if got := ParseMessage(m.String()); got != m {
 			t.Errorf("ParseMessage(%q) = %+v, want %+v", m.String(), got, m)
 		}

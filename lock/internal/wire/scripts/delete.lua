@@ -8,6 +8,7 @@
 -- KEYS[5] token counter (kept)
 -- ARGV[1] channel prefix
 -- ARGV[2] publish commands
+-- ARGV[3] client channel prefix: the holder's client is told (tell_evicted)
 --
 -- Returns the number of keys removed.
 --
@@ -15,6 +16,7 @@
 -- free and takes it; the other waiters notice at their next heartbeat and
 -- queue again.
 local head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
+tell_evicted(KEYS[1], KEYS[5], ARGV[3])
 local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if head then
   notify(ARGV[2], ARGV[1], head)

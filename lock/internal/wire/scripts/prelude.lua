@@ -314,6 +314,29 @@ local function hold_token(token_key)
   return tonumber(redis.call('get', token_key) or '0')
 end
 
+-- tell_evicted tells the client of every holder of the lock that its hold
+-- is ending by someone else's hand (force_unlock.lua, delete.lua): the
+-- message "lost:<token>:<hash>" on the client's own channel, client_prefix
+-- and the client ID from the owner field "<clientID>:<ownerID>". Every
+-- fairlock client that holds a lock listens there already (one
+-- subscription per client, whatever it holds), so a holder learns of it
+-- within one network delay rather than at its next renewal (X7). A
+-- Redisson holder's client does not listen: the message costs nothing.
+-- Call it while the hash still exists.
+local function tell_evicted(hash, token_key, client_prefix)
+  local fields = redis.call('hkeys', hash)
+  if #fields == 0 then
+    return
+  end
+  local msg = string.format('lost:%.0f:%s', hold_token(token_key), hash)
+  for _, field in ipairs(fields) do
+    local client = string.match(field, '^(.*):[^:]*$')
+    if client then
+      redis.call('publish', client_prefix .. client, msg)
+    end
+  end
+end
+
 -- keep_queue keeps the queue and both deadline zsets alive at least keep
 -- ms past the latest deadline any waiter has, so that entries of waiters
 -- that died with no client left to purge them do not stay (X15); keep

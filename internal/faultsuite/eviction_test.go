@@ -1,0 +1,138 @@
+package faultsuite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/goredisbackend"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
+)
+
+// evictionTrials is how many holds each adapter has force-unlocked, and
+// then deleted, by another client.
+const evictionTrials = 100
+
+// TestEvictionNotice: a hold that another client force-unlocks or deletes
+// ends at once on every adapter - the script tells the holder's client on
+// its own channel - not at the holder's next renewal (a third of the
+// default 30 s lease). Figures: from the ForceUnlock or Delete returning
+// to the old holder's Done closing (0 when Done closed first), p50 and
+// p99 over the trials.
+func TestEvictionNotice(t *testing.T) {
+	srv := redistest.Start(t)
+	adapters := []struct {
+		name string
+		dial func() (backend.Backend, error)
+	}{
+		{"rueidis", func() (backend.Backend, error) {
+			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+		}},
+		{"valkey-go", func() (backend.Backend, error) {
+			return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
+		}},
+		{"go-redis", func() (backend.Backend, error) {
+			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, ContextTimeoutEnabled: true}), nil
+		}},
+	}
+	var figures []string
+	for _, a := range adapters {
+		client := func() *lock.Client {
+			b, err := a.dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := lock.NewClient(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		holder, admin := client(), client()
+		listening(t, srv, holder)
+		for _, how := range []string{"ForceUnlock", "Delete"} {
+			d, err := evictionDelays(holder, admin, lockName(t)+":"+a.name+":"+how, how)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", a.name, how, err)
+			}
+			figures = append(figures, fmt.Sprintf("%s %s p50 %v p99 %v", a.name, how, d[len(d)/2], d[len(d)*99/100]))
+		}
+	}
+	report(t, 14, fmt.Sprintf("another client force-unlocks (ForceUnlock), then deletes (Delete), a held lock %d times per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictionTrials),
+		"the old holder's Done closes within about one network delay of the call returning, every time (before: at its next renewal, up to 10 s)",
+		"to Done closing: "+strings.Join(figures, "; "))
+}
+
+// evictionDelays holds name with holder and evicts it with admin, trials
+// times, and returns how long after each eviction returned the hold ended,
+// sorted. A hold not told within 5 s fails the run.
+func evictionDelays(holder, admin *lock.Client, name, how string) ([]time.Duration, error) {
+	hm, err := holder.NewMutex(name)
+	if err != nil {
+		return nil, err
+	}
+	am, err := admin.NewMutex(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var delays []time.Duration
+	for range evictionTrials {
+		h, err := hm.Lock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if how == "ForceUnlock" {
+			_, err = am.ForceUnlock(ctx)
+		} else {
+			_, err = am.Delete(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		returned := time.Now()
+		timer := time.NewTimer(5 * time.Second)
+		select {
+		case <-h.Done():
+			timer.Stop()
+		case <-timer.C:
+			return nil, fmt.Errorf("the holder was not told within 5s")
+		}
+		delays = append(delays, max(time.Since(returned), 0))
+	}
+	slices.Sort(delays)
+	return delays, nil
+}
+
+// listening takes and releases a hold of c, whose first hold starts the
+// listener on its own channel, and waits until the server has it
+// subscribed.
+func listening(t *testing.T, srv *redistest.Server, c *lock.Client) {
+	t.Helper()
+	m, err := c.NewMutex(lockName(t) + ":warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the client to listen on its channel", func() bool {
+		r, _ := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+c.ID()).([]any)
+		return len(r) == 2 && r[1] == int64(1)
+	})
+}
