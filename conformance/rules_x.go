@@ -275,7 +275,8 @@ func testX5LostReply(t *testing.T, s *suite) {
 	p.b.mu.Lock()
 	p.b.loseReply = func(script string) bool { return script == "acquire" }
 	p.b.mu.Unlock()
-	_, err := m.Lock(ctxFor(t, 500*time.Millisecond))
+	// Long enough for retries on a loaded machine (back-off from 10 ms).
+	_, err := m.Lock(ctxFor(t, 1500*time.Millisecond))
 	if !errors.Is(err, errLostReply) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock with lost replies: %v, want the deadline and the backend error", err)
 	}
