@@ -352,8 +352,12 @@ func settledAfter(t *testing.T, p *proc, base int) {
 		p.b.mu.Lock()
 		defer p.b.mu.Unlock()
 		done := p.b.counts["acquire"+doneSuffix]
+		// The waiter subscribes beside its wait loop, after its first
+		// attempt: until a subscription has been made (or an earlier
+		// wait's is reused), the attempt after it is still to come.
+		subscribed := p.b.counts["SUBSCRIBE"+doneSuffix] > 0
 		subscribing := p.b.counts["SUBSCRIBE"] != p.b.counts["SUBSCRIBE"+doneSuffix]
-		return done >= base+1 && !subscribing && done > p.b.acquiresAtSubscribe
+		return done >= base+1 && subscribed && !subscribing && done > p.b.acquiresAtSubscribe
 	})
 }
 
