@@ -19,7 +19,9 @@ Measures, for each client library in --backend:
   contended       --workers owners on one lock, --ops acquisitions in all: throughput,
                   wait, hand-over latency (one owner's Unlock returning to the next one's
                   Lock returning) and FIFO violations, checked against atomic snapshots
-                  of the queue
+                  of the queue. A hand-over can be negative: the release grants the lock
+                  to the next owner in its wake-up message, which can reach that owner
+                  before the release's own reply reaches the previous one
   many locks      --workers owners on --locks locks picked at random, --ops lock/unlock
                   pairs in all: throughput and Lock latency
 and prints a table (or --json). Latencies are kept in HDR histograms (percentiles within
@@ -353,6 +355,7 @@ func printBench(w io.Writer, rep benchReport) {
 	row(fmt.Sprintf("many-locks throughput (%d locks)", rep.Locks), func(r benchResult) string { return fmtRate(r.ManyLocks.Throughput) })
 	row("many-locks Lock p50 / p99", func(r benchResult) string { return pair(r.ManyLocks.Lock.p50, r.ManyLocks.Lock.p99) })
 	_ = tw.Flush()
+	fmt.Fprintln(w, "\nhand-over: from one owner's Unlock returning to the next one's Lock returning;\nbelow 0 when the grant message beats the Unlock's reply (see fairlock help bench)")
 	for _, r := range rep.Results {
 		for _, v := range r.Contended.Violations {
 			fmt.Fprintf(w, "%s: FIFO violation: token %d went to %s, expected %s\n", r.Backend, v.Position, v.Got, v.Expected)

@@ -595,7 +595,9 @@ func queueColumn(n int) int {
 	return min(max(len("QUEUE"), len("waiter"), len(strings.Join(names, " "))), 40)
 }
 
-const demoRowFormat = "  %8s  %-8s %-8s %5s  %-8s %-*s  %s"
+// demoRowFormat lays out a row; TOKEN fits a fencing token drawn from the
+// server's clock in microseconds (16 digits).
+const demoRowFormat = "  %8s  %-8s %-8s %16s  %-8s %-*s  %s"
 
 func (d *demo) header() {
 	line := fmt.Sprintf(demoRowFormat, "TIME", "EVENT", "WORKER", "TOKEN", "HOLDER", d.qcol, "QUEUE", "DETAIL")
