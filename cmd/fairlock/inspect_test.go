@@ -183,29 +183,9 @@ func TestInspect_FairlockLock(t *testing.T) {
 // whose deadline has passed and one with none.
 func TestInspect_RedissonLockAndDeadWaiters(t *testing.T) {
 	checkNoLeaks(t)
-	const (
-		holder = "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7"
-		other  = "1d2e3f40-aaaa-4bbb-8ccc-0123456789ab"
-	)
+	const holder, other = redissonHolder, redissonOther
 	forEachServer(t, func(t *testing.T, s testServer) {
-		rc := rawClient(t, s.addr)
-		ctx := context.Background()
-		tm, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sec, _ := strconv.ParseInt(tm[0], 10, 64)
-		now := sec * 1000
-		for _, cmd := range [][]string{
-			{"HSET", "invoices", holder + ":1", "2"},
-			{"PEXPIRE", "invoices", "30000"},
-			{"RPUSH", "redisson_lock_queue:{invoices}", holder + ":57", other + ":58", other + ":59"},
-			{"ZADD", "redisson_lock_timeout:{invoices}", fmt.Sprint(now + 300_000), holder + ":57", fmt.Sprint(now - 1500), other + ":58"},
-		} {
-			if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
-				t.Fatalf("%v: %v", cmd, err)
-			}
-		}
+		seedRedissonLock(t, s.addr)
 
 		r := runCLI(t, nil, "inspect", "invoices", "--addr", s.addr, "--json", "--backend", "valkey")
 		if r.code != exitOK {
@@ -376,4 +356,36 @@ func TestInspect_Descriptions(t *testing.T) {
 func ownerIDOf(owner string) int64 {
 	_, id, _ := inspect.ParseOwner(owner)
 	return id
+}
+
+// The owners seedRedissonLock writes.
+const (
+	redissonHolder = "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7"
+	redissonOther  = "1d2e3f40-aaaa-4bbb-8ccc-0123456789ab"
+)
+
+// seedRedissonLock writes lock "invoices" as Redisson would leave it:
+// held twice by redissonHolder:1, with a live waiter, one whose deadline
+// passed 1.5 s ago and one with none (deadlines first: a heartbeat would
+// drop a tail queued without one).
+func seedRedissonLock(t *testing.T, addr string) {
+	t.Helper()
+	rc := rawClient(t, addr)
+	ctx := context.Background()
+	tm, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	now := sec * 1000
+	for _, cmd := range [][]string{
+		{"HSET", "invoices", redissonHolder + ":1", "2"},
+		{"PEXPIRE", "invoices", "30000"},
+		{"ZADD", "redisson_lock_timeout:{invoices}", fmt.Sprint(now + 300_000), redissonHolder + ":57", fmt.Sprint(now - 1500), redissonOther + ":58"},
+		{"RPUSH", "redisson_lock_queue:{invoices}", redissonHolder + ":57", redissonOther + ":58", redissonOther + ":59"},
+	} {
+		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
 }

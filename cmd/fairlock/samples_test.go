@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -151,29 +150,8 @@ func sampleInspect(t *testing.T) (string, string) {
 // sampleInspectRedisson: a lock in Redisson's keys, held twice, with a
 // live waiter, one whose deadline has passed and one with none.
 func sampleInspectRedisson(t *testing.T) (string, string) {
-	const (
-		holder = "9f3c2a1e-5b7d-4e8f-a0b1-c2d3e4f5a6b7"
-		other  = "1d2e3f40-aaaa-4bbb-8ccc-0123456789ab"
-	)
 	s := startRedis(t)
-	rc := rawClient(t, s.addr)
-	ctx := context.Background()
-	tm, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	now := sec * 1000
-	for _, cmd := range [][]string{
-		{"HSET", "invoices", holder + ":1", "2"},
-		{"PEXPIRE", "invoices", "30000"},
-		{"ZADD", "redisson_lock_timeout:{invoices}", fmt.Sprint(now + 300_000), holder + ":57", fmt.Sprint(now - 1500), other + ":58"},
-		{"RPUSH", "redisson_lock_queue:{invoices}", holder + ":57", other + ":58", other + ":59"},
-	} {
-		if err := rc.Do(ctx, rc.B().Arbitrary(cmd...).Build()).Error(); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
-		}
-	}
+	seedRedissonLock(t, s.addr)
 	r := runCLI(t, nil, "inspect", "invoices", "--addr", s.addr)
 	if r.code != exitOK {
 		t.Fatalf("inspect: exit %d\n%s%s", r.code, r.stdout, r.stderr)
