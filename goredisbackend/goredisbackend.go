@@ -31,7 +31,7 @@
 // force_unlock and delete act on whoever holds the lock: the first run
 // hands the lock to the head waiter, and a retry would evict that new
 // holder too. And TryLock with no wait promises a single attempt. The lock retries
-// what is safe itself, with back-off (RULES.md X14).
+// what is safe itself, with back-off (RULES.md, X14).
 //
 // # Wake-ups
 //

@@ -87,7 +87,8 @@ func WithWaiterTimeout(d time.Duration) Option {
 // fairLockWaitTimeout): the room left for Redisson waiters, whose wait this
 // is, when they queue after the last fairlock operation on the lock. It is
 // also the wait a fairlock waiter makes room for, in its Redisson deadline,
-// per Redisson waiter ahead of it (X11): set it to the Redisson clients'
+// per Redisson waiter ahead of it, so that Redisson never drops it as dead
+// while it lives: set it to the Redisson clients'
 // fairLockWaitTimeout, and no less than their longest tryLock wait. With
 // no Redisson clients a small value (a second) makes dead waiters' entries
 // go sooner.

@@ -49,7 +49,7 @@ type QueueSnapshot struct {
 
 // CheckSnapshots checks FIFO order under load, without knowing when each
 // owner arrived. Every acquisition gets the next fencing token, and while
-// anyone is queued only the queue's head may acquire (B1, B3 in RULES.md).
+// anyone is queued only the queue's head may acquire (first come, first served: RULES.md, B1 and B3).
 // So a snapshot taken when token t was the latest, with queue q1..qk,
 // predicts that token t+i goes to qi, provided nobody leaves the queue (no
 // cancellation, no dead waiters). acquiredBy maps each token to the
