@@ -307,7 +307,9 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 	const waiterTimeout = 1500 * time.Millisecond
 	name := lockName(t)
-	hp := s.newProc(t, lock.WithLease(300*time.Millisecond))
+	// A lease long enough that the watchdog keeps the hold on a loaded
+	// machine (the head's deadline counts the lock's TTL when it queued).
+	hp := s.newProc(t, lock.WithLease(3*time.Second))
 	holder := hp.mutex(t, name)
 	mustLock(t, holder)
 	var (
