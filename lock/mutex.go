@@ -123,38 +123,23 @@ func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	}
 	defer end()
 	var result observe.AcquireResult
-	ctx, tr := m.observeAcquire(ctx, spec.op, &result)
+	start := time.Now()
+	ctx, tr := m.observeAcquire(ctx, spec.op)
 	h, err := m.wait(ctx, spec, tr, &result)
 	if tr != nil {
-		result.Err = err
+		result.Wait, result.Err = time.Since(start), err
 		result.Outcome = acquireOutcome(err, result.HoldCount)
 		tr.End(result)
 	}
 	return h, err
 }
 
-// observeAcquire tells the observer, if any, of an acquire call starting,
-// and starts result's clock.
-func (m *Mutex) observeAcquire(ctx context.Context, op observe.Op, result *observe.AcquireResult) (context.Context, observe.AcquireTracker) {
-	obs := m.c.cfg.observer
-	if obs == nil {
-		return ctx, nil
+// observeAcquire tells the observer, if any, of an acquire call starting.
+func (m *Mutex) observeAcquire(ctx context.Context, op observe.Op) (context.Context, observe.AcquireTracker) {
+	if obs := m.c.cfg.observer; obs != nil {
+		return obs.StartAcquire(ctx, m.call(op))
 	}
-	start := time.Now()
-	ctx, tr := obs.StartAcquire(ctx, m.call(op))
-	return ctx, timedTracker{AcquireTracker: tr, start: start, result: result}
-}
-
-// timedTracker sets the call's wait when it ends.
-type timedTracker struct {
-	observe.AcquireTracker
-	start  time.Time
-	result *observe.AcquireResult
-}
-
-func (t timedTracker) End(r observe.AcquireResult) {
-	r.Wait = time.Since(t.start)
-	t.AcquireTracker.End(r)
+	return ctx, nil
 }
 
 // attemptRetrier paces an acquire call's attempts: one only, for TryLock with

@@ -64,14 +64,25 @@ func (r CachedRead) Commands(k Keys) [][]string {
 	return cmds
 }
 
+// size is how many commands Commands returns.
+func (r CachedRead) size() int {
+	switch {
+	case r.Kind != CachedAll:
+		return 1
+	case r.Limit > 0:
+		return 7
+	}
+	return 6
+}
+
 // Decode turns the replies to Commands into a Snapshot, as of now (the
 // server's clock as the caller estimates it), and returns the owners the
 // queue listed, whose deadlines a second round reads (Waiters). A PTTL
 // not read is -2, as for a key that does not exist.
 func (r CachedRead) Decode(reps []backend.Reply, now time.Time) (Snapshot, []string, error) {
 	s := Snapshot{Now: now, HashTTL: -2, TokenTTL: -2}
-	if len(reps) != len(r.Commands(Keys{})) {
-		return Snapshot{}, nil, fmt.Errorf("%w: %d replies to %d cached reads", backend.ErrUnexpectedReply, len(reps), len(r.Commands(Keys{})))
+	if want := r.size(); len(reps) != want {
+		return Snapshot{}, nil, fmt.Errorf("%w: %d replies to %d cached reads", backend.ErrUnexpectedReply, len(reps), want)
 	}
 	var err error
 	switch r.Kind {

@@ -155,6 +155,11 @@ func TestCachedRead(t *testing.T) {
 	if n := len(r.Commands(k)); n != 7 {
 		t.Fatalf("%d commands", n)
 	}
+	for _, q := range []CachedRead{{Kind: CachedHolders}, {Kind: CachedTTL}, {Kind: CachedAll}, r} {
+		if q.size() != len(q.Commands(k)) {
+			t.Errorf("%+v: size %d, %d commands", q, q.size(), len(q.Commands(k)))
+		}
+	}
 	reps := []backend.Reply{
 		backend.ArrayReply(backend.StringReply("c:1"), backend.StringReply("2")), // HGETALL
 		backend.IntReply(10_400), // PEXPIRETIME hash
