@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -408,6 +409,60 @@ func testX7EvictedAtOnce(t *testing.T, s *suite) {
 				t.Errorf("holder's error %v, want ErrLockLost", h.Err())
 			}
 			t.Logf("holder told %v after the %s returned", time.Since(start), how)
+		})
+	}
+}
+
+// testX7HashChanged: a hold ended behind its client's back without a
+// word - the lock hash deleted by hand, or a Redisson client's
+// forceUnlock() - ends at once where the backend can watch keys
+// (backend.KeyWatcher): the change of the hash makes the client check its
+// hold. Elsewhere it ends at the watchdog's next check, a third of the
+// lease, which is then the floor this case holds the backend to.
+func testX7HashChanged(t *testing.T, s *suite) {
+	for _, how := range []string{"DEL by hand", "Redisson forceUnlock"} {
+		t.Run(strings.ReplaceAll(how, " ", "_"), func(t *testing.T) {
+			name := lockName(t)
+			lease := 30 * time.Second // the next renewal is 10 s away
+			hp := s.newProc(t)
+			probe, err := hp.b.WatchKey(ctxFor(t, eventually), name+":probe")
+			watches := err == nil
+			if watches {
+				probe.Close()
+			} else {
+				// The floor: the watchdog's check, every third of a short lease.
+				lease = 3 * time.Second
+				hp = s.newProc(t, lock.WithLease(lease))
+			}
+			holder := hp.mutex(t, name)
+			h := mustLock(t, holder)
+			if watches {
+				redistest.Eventually(t, eventually, "the holder's client to watch the lock hash", func() bool {
+					return hp.b.count("WATCHKEY") >= 2
+				})
+			}
+			start := time.Now()
+			if how == "DEL by hand" {
+				evalRaw(t, hp.b, `return redis.call('del', KEYS[1])`, []string{name})
+			} else {
+				rc := s.newRedisson(t)
+				if ok, err := rc.lock(name, 1).forceUnlock(ctxFor(t, eventually)); err != nil || !ok {
+					t.Fatalf("Redisson forceUnlock = %v, %v", ok, err)
+				}
+			}
+			bound := lease/3 + slack
+			if watches {
+				bound = 5 * time.Second
+			}
+			select {
+			case <-h.Done():
+			case <-time.After(bound):
+				t.Fatalf("the holder was not told within %v of the %s (watching keys: %v)", bound, how, watches)
+			}
+			if !errors.Is(h.Err(), lock.ErrLockLost) {
+				t.Errorf("holder's error %v, want ErrLockLost", h.Err())
+			}
+			t.Logf("holder told %v after the %s returned (watching keys: %v)", time.Since(start), how, watches)
 		})
 	}
 }

@@ -38,9 +38,10 @@ type Client struct {
 	wg      sync.WaitGroup // a waiter's calls beside its loop, lingering subscriptions
 
 	// The background components, each with its own start and close.
-	dog       *watchdog   // renews the holds
-	listener  *reconnects // tells the watchdog of reconnects
-	describer *job        // WithDescription: keeps the description alive; nil without
+	dog       *watchdog    // renews the holds
+	listener  *reconnects  // tells the watchdog of reconnects
+	watches   *hashWatches // checks holds whose hash changed
+	describer *job         // WithDescription: keeps the description alive; nil without
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
@@ -87,6 +88,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	}
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
+	c.watches = startHashWatches(c)
 	if cfg.description != nil {
 		c.describer = startJob(c.describe)
 	}
@@ -156,6 +158,7 @@ func (c *Client) Close() error {
 		c.describer.close()
 	}
 	c.listener.close()
+	c.watches.close()
 	c.dog.close()
 	c.wg.Wait()
 	c.mu.Lock()
@@ -208,6 +211,7 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	c.holds[h] = holdRef{m: m, o: o}
 	c.owners[o.key].refs++
 	c.listener.holdStarted()
+	c.watches.held(m.keys.Hash)
 	return nil
 }
 
@@ -229,6 +233,19 @@ func (c *Client) evicted(key string, token int64) {
 	}
 }
 
+// holdsOn returns the live holds on the lock whose hash is hash.
+func (c *Client) holdsOn(hash string) []*Hold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var hs []*Hold
+	for h, ref := range c.holds {
+		if ref.m.keys.Hash == hash {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
 // liveHolds returns the holds the watchdog renews.
 func (c *Client) liveHolds() []*Hold {
 	c.mu.Lock()
@@ -247,6 +264,7 @@ func (c *Client) untrack(h *Hold) {
 	if ref, ok := c.holds[h]; ok {
 		delete(c.holds, h)
 		c.releaseLocked(ref.o)
+		c.watches.released(ref.m.keys.Hash)
 	}
 }
 

@@ -245,9 +245,22 @@ func (w *watchdog) renewAll(timeout time.Duration) bool {
 	return w.renewHolds(w.c.liveHolds(), timeout)
 }
 
+// checkHolds checks that the holds still exist, renewing none, in one
+// batch (hashWatches, after their hash changed).
+func (w *watchdog) checkHolds(hs []*Hold) bool {
+	return w.batch(hs, recheckTimeout, false)
+}
+
 // renewHolds renews (or checks) the holds in one batch bounded by timeout,
 // and reports whether the server answered (or there was nothing to send).
 func (w *watchdog) renewHolds(hs []*Hold, timeout time.Duration) bool {
+	return w.batch(hs, timeout, true)
+}
+
+// batch renews the holds that renew (with renew; else it only checks
+// them), and checks the others, in one pipelined batch bounded by timeout.
+// It reports whether the server answered (or there was nothing to send).
+func (w *watchdog) batch(hs []*Hold, timeout time.Duration, renew bool) bool {
 	c := w.c
 	c.mu.Lock()
 	batch := make([]renewal, 0, len(hs))
@@ -260,6 +273,9 @@ func (w *watchdog) renewHolds(hs []*Hold, timeout time.Duration) bool {
 		call, ok := ref.o.renewal(h)
 		if !ok {
 			continue
+		}
+		if !renew {
+			call.Lease = 0
 		}
 		call.Owner, call.Wake = ref.m.field, ref.m.wake()
 		batch = append(batch, renewal{h: h, m: ref.m, o: ref.o, call: call})

@@ -1,0 +1,174 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// hashWatches is the client's watch on the hashes of the locks it holds
+// (backend.KeyWatcher, client-side caching): a change of a held lock's
+// hash that publishes nothing - a DEL by hand, an eviction, an expiry, a
+// Redisson forceUnlock - makes the client check its holds on that lock at
+// once, so a hold the server no longer has ends within about two round
+// trips rather than at the watchdog's next tick (X7). Someone else's
+// force-unlock or delete through fairlock's own scripts is told on the
+// client's channel instead (reconnects, tell_evicted).
+//
+// There is one watch per held hash, however many of the client's owners
+// hold it (re-entries, shared owners), in one goroutine that lives while
+// the hash is held. It is armed armDelay (5 ms) after the first hold starts, so
+// a short hold (most uncontended Lock+Unlock pairs) sends nothing: a
+// change before the arming is seen by the arming itself, since watching a
+// missing key fires at once. The client's own writes (renewals,
+// re-entries, hand-overs) fire it too, and cost one check each. Without a
+// backend that can watch keys the watchdog's tick remains the floor.
+type hashWatches struct {
+	c      *Client
+	ctx    context.Context // bounds the watches' calls; cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the watch goroutines
+
+	mu     sync.Mutex
+	byHash map[string]*hashWatch // held hashes
+	closed bool
+}
+
+// hashWatch is one held hash: how many live holds the client has on it,
+// and the stop of its watch goroutine (nil when none runs).
+type hashWatch struct {
+	holds int
+	stop  chan struct{}
+}
+
+// armDelay is how long a hold lasts before its hash is watched.
+const armDelay = 5 * time.Millisecond
+
+func startHashWatches(c *Client) *hashWatches {
+	w := &hashWatches{c: c, byHash: make(map[string]*hashWatch)}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	return w
+}
+
+// close stops every watch and waits for them.
+func (w *hashWatches) close() {
+	w.cancel()
+	w.mu.Lock()
+	w.closed = true
+	for hash, hw := range w.byHash {
+		if hw.stop != nil {
+			close(hw.stop)
+		}
+		delete(w.byHash, hash)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// held counts a hold that started on hash, and starts the hash's watch
+// with its first hold.
+func (w *hashWatches) held(hash string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	hw := w.byHash[hash]
+	if hw == nil {
+		hw = &hashWatch{}
+		w.byHash[hash] = hw
+	}
+	hw.holds++
+	kw, ok := w.c.b.(backend.KeyWatcher)
+	if hw.stop != nil || !ok || w.c.noKeyWatch.Load() {
+		return
+	}
+	hw.stop = make(chan struct{})
+	w.wg.Add(1)
+	go w.watch(kw, hash, hw.stop)
+}
+
+// released counts a hold on hash that ended, and stops the watch with the
+// last one.
+func (w *hashWatches) released(hash string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	hw := w.byHash[hash]
+	if hw == nil {
+		return
+	}
+	hw.holds--
+	if hw.holds > 0 {
+		return
+	}
+	if hw.stop != nil {
+		close(hw.stop)
+	}
+	delete(w.byHash, hash)
+}
+
+// watch keeps one notification armed on hash until stop, and checks the
+// client's holds on it after each. It re-arms before checking, so that a
+// change after the check is seen. A backend that cannot watch keys ends it
+// for good (noKeyWatch); other errors are retried with back-off.
+func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan struct{}) {
+	defer w.wg.Done()
+	delay := time.NewTimer(armDelay)
+	select {
+	case <-delay.C:
+	case <-stop:
+		delay.Stop()
+		return
+	}
+	retry := newRetrier(stop)
+	var sub *backend.Subscription
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+	for changed := false; ; {
+		next, err := w.arm(kw, hash)
+		if sub != nil {
+			sub.Close()
+			sub = nil
+		}
+		if errors.Is(err, backend.ErrNotSupported) {
+			w.c.noKeyWatch.Store(true)
+			return
+		}
+		if err != nil {
+			if retry.pause(w.ctx, err) != nil {
+				return
+			}
+			changed = true // the hash went unwatched for a while
+			continue
+		}
+		retry.b.Reset()
+		sub = next
+		if changed {
+			w.c.dog.checkHolds(w.c.holdsOn(hash))
+		}
+		select {
+		case <-sub.Events():
+			changed = true
+		case <-stop:
+			return
+		}
+		select {
+		case <-stop: // the change was likely the client's own unlock
+			return
+		default:
+		}
+	}
+}
+
+// arm watches hash once, bounded by watchTimeout.
+func (w *hashWatches) arm(kw backend.KeyWatcher, hash string) (*backend.Subscription, error) {
+	ctx, cancel := context.WithTimeout(w.ctx, watchTimeout)
+	defer cancel()
+	return kw.WatchKey(ctx, hash)
+}

@@ -1,0 +1,132 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// watchCounter counts a backend's WatchKey calls and the watches still
+// open, by key.
+type watchCounter struct {
+	backend.Backend
+	mu    sync.Mutex
+	calls map[string]int
+	open  map[string]int
+}
+
+func (b *watchCounter) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	b.mu.Lock()
+	b.calls[key]++
+	b.mu.Unlock()
+	sub, err := b.Backend.(backend.KeyWatcher).WatchKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.open[key]++
+	b.mu.Unlock()
+	var s *backend.Subscription
+	s, deliver := backend.NewSubscription(key, func() {
+		sub.Close()
+		b.mu.Lock()
+		b.open[key]--
+		b.mu.Unlock()
+	})
+	go func() {
+		for e := range sub.Events() {
+			deliver(e)
+		}
+	}()
+	return s, nil
+}
+
+func (b *watchCounter) counts(key string) (calls, open int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[key], b.open[key]
+}
+
+// TestHashWatch_OnePerHeldHashAndNoneAfter: a hold's hash is watched once
+// while it lasts - a re-entry adds no watch - and the watch is closed when
+// the hold ends; a DEL of the hash while it is watched ends the hold.
+func TestHashWatch_OnePerHeldHashAndNoneAfter(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
+	c, err := NewClient(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.NewMutex("hash-watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the held hash to be watched", func() bool {
+		_, open := wc.counts("hash-watch")
+		return open == 1
+	})
+	// A re-entry writes the hash: the watch fires, is armed again, and
+	// the hold is checked - still one watch open.
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the watch to be armed again after the re-entry", func() bool {
+		calls, open := wc.counts("hash-watch")
+		return calls >= 2 && open == 1
+	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("the re-entered hold ended: %v", err)
+	}
+	for range 2 {
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, "the watch to close with the hold", func() bool {
+		_, open := wc.counts("hash-watch")
+		return open == 0
+	})
+
+	h, err = m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the new hold's hash to be watched", func() bool {
+		_, open := wc.counts("hash-watch")
+		return open == 1
+	})
+	if n, _ := srv.Do(t, "DEL", "hash-watch").(int64); n != 1 {
+		t.Fatalf("DEL deleted %d keys", n)
+	}
+	select {
+	case <-h.Done():
+	case <-ctx.Done():
+		t.Fatal("the hold did not end after its hash was deleted")
+	}
+	if !errors.Is(h.Err(), ErrLockLost) {
+		t.Fatalf("hold ended with %v, want ErrLockLost", h.Err())
+	}
+	redistest.Eventually(t, 10*time.Second, "the watch to close with the lost hold", func() bool {
+		_, open := wc.counts("hash-watch")
+		return open == 0
+	})
+}
