@@ -2,6 +2,7 @@ package faultsuite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -147,4 +148,78 @@ func listening(t *testing.T, srv *redistest.Server, c *lock.Client) {
 		r, _ := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+c.ID()).([]any)
 		return len(r) == 2 && r[1] == int64(1)
 	})
+}
+
+// evictedTrials is how many holds each adapter has evicted by the server.
+const evictedTrials = 20
+
+// TestEvictedHashNotice: a held lock's hash that the server evicts under
+// memory pressure - no script runs, nothing is published - ends the hold
+// within about two network delays: the holder's client watches the hash
+// of each lock it holds (client-side caching), and checks its hold when
+// the server reports the key gone. Each trial sets maxmemory-policy
+// volatile-ttl and maxmemory 1 byte, so that the next write evicts every
+// key with a TTL (every fairlock key has one), and then lifts the limit.
+// Figures: from the write that made the server evict returning to the old
+// holder's Done closing, p50 and p99 over the trials.
+func TestEvictedHashNotice(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
+	var figures []string
+	for _, a := range []struct {
+		name string
+		dial func() (backend.Backend, error)
+	}{
+		{"rueidis", func() (backend.Backend, error) {
+			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+		}},
+		{"valkey-go", func() (backend.Backend, error) {
+			return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
+		}},
+		{"go-redis", func() (backend.Backend, error) {
+			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, ContextTimeoutEnabled: true}), nil
+		}},
+	} {
+		b, err := a.dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := lock.NewClient(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		m, err := c.NewMutex(lockName(t) + ":" + a.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var delays []time.Duration
+		for range evictedTrials {
+			h, err := m.Lock(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", a.name, err)
+			}
+			time.Sleep(10 * time.Millisecond) // a hold of some age, as in TestEvictionNotice
+			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+			srv.Do(t, "SET", "fault:evict", "x") // evicts every volatile key, then fails with OOM
+			evicted := time.Now()
+			srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+			select {
+			case <-h.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: the holder was not told within 5s of the eviction", a.name)
+			}
+			if !errors.Is(h.Err(), lock.ErrLockLost) {
+				t.Fatalf("%s: hold ended with %v, want ErrLockLost", a.name, h.Err())
+			}
+			delays = append(delays, max(time.Since(evicted), 0))
+		}
+		slices.Sort(delays)
+		figures = append(figures, fmt.Sprintf("%s p50 %v p99 %v", a.name, delays[len(delays)/2], delays[len(delays)*99/100]))
+	}
+	report(t, 15, fmt.Sprintf("the server evicts a held lock's hash under memory pressure (maxmemory-policy volatile-ttl, maxmemory 1 byte for one write), %d times per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictedTrials),
+		"the old holder's Done closes within about two network delays of the evicting write, with ErrLockLost (before: at its next renewal, up to 10 s)",
+		"to Done closing: "+strings.Join(figures, "; "))
 }
