@@ -18,6 +18,7 @@ package backend
 
 import (
 	"context"
+	"crypto/fips140"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -51,13 +52,22 @@ type Script struct {
 	// Source is the Lua source.
 	Source string
 	// SHA1 is the lower-case hex SHA-1 of Source, the name EVALSHA uses.
+	// Empty means unknown: the backend sends Source (EVAL) every time.
 	SHA1 string
 }
 
-// NewScript returns a Script for source.
+// NewScript returns a Script for source with its SHA-1 - except in Go's
+// FIPS 140-only mode (GODEBUG=fips140=only), which forbids SHA-1: there
+// SHA1 is left empty, and the backend sends the source with each call.
+// Package lock's scripts carry digests computed when the module was built,
+// and use EVALSHA in every mode.
 func NewScript(name, source string) *Script {
-	sum := sha1.Sum([]byte(source))
-	return &Script{Name: name, Source: source, SHA1: hex.EncodeToString(sum[:])}
+	s := &Script{Name: name, Source: source}
+	if !fips140.Enforced() {
+		sum := sha1.Sum([]byte(source))
+		s.SHA1 = hex.EncodeToString(sum[:])
+	}
+	return s
 }
 
 // Call is one script invocation in a batch.
@@ -77,7 +87,8 @@ type Result struct {
 // must be safe for concurrent use.
 type Backend interface {
 	// Eval runs the script with EVALSHA and, when the server does not know
-	// the script (NOSCRIPT), loads it and runs it once more. All keys must
+	// the script (NOSCRIPT), loads it and runs it once more; a script
+	// without SHA1 runs with EVAL. All keys must
 	// hash to one cluster slot. A network error leaves the outcome unknown:
 	// Eval must not retry a script on its own.
 	Eval(ctx context.Context, s *Script, keys, args []string) (Reply, error)

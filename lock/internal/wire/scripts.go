@@ -9,6 +9,8 @@
 // comment listing its KEYS and ARGV and its reply.
 package wire
 
+//go:generate go test -run TestScriptDigests -update-digests .
+
 import (
 	_ "embed"
 	"strconv"
@@ -49,11 +51,16 @@ type Scripts struct {
 	describe, readDescription                                              *backend.Script
 }
 
-// NewScripts builds the script set.
+// NewScripts builds the script set. Each script's SHA-1, the name EVALSHA
+// uses, is the one digests.go holds, written by go generate and checked
+// against the source by TestScriptDigests: nothing is hashed at run time,
+// so the scripts work in Go's FIPS 140-only mode (GODEBUG=fips140=only),
+// which forbids SHA-1.
 func NewScripts() *Scripts {
-	lock := func(name, body string) *backend.Script {
-		return backend.NewScript(name, preludeLua+"\n"+body)
+	script := func(name, source string) *backend.Script {
+		return &backend.Script{Name: name, Source: source, SHA1: digests[name]}
 	}
+	lock := func(name, body string) *backend.Script { return script(name, preludeLua+"\n"+body) }
 	return &Scripts{
 		acquire:         lock("acquire", acquireLua),
 		unlock:          lock("unlock", unlockLua),
@@ -63,9 +70,14 @@ func NewScripts() *Scripts {
 		deleteLock:      lock("delete", deleteLua),
 		inspect:         lock("inspect", inspectLua),
 		prune:           lock("prune", pruneLua),
-		describe:        backend.NewScript("describe", describeLua),
-		readDescription: backend.NewScript("read_description", readDescriptionLua),
+		describe:        script("describe", describeLua),
+		readDescription: script("read_description", readDescriptionLua),
 	}
+}
+
+// all returns every script of the set.
+func (s *Scripts) all() []*backend.Script {
+	return []*backend.Script{s.acquire, s.unlock, s.leave, s.renew, s.forceUnlock, s.deleteLock, s.inspect, s.prune, s.describe, s.readDescription}
 }
 
 // ms formats d as whole milliseconds, the unit of the scripts' arguments.
