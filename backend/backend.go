@@ -113,7 +113,9 @@ type Backend interface {
 // written, deleted or expires, through client-side caching invalidations
 // (CLIENT TRACKING). Package lock uses it, when present, to wake the head
 // waiter as soon as the lock hash changes in a way that publishes nothing,
-// such as a DEL by hand.
+// such as a DEL by hand, and to check a hold at once when its lock hash
+// changes (deleted by hand, evicted, force-unlocked by a Redisson client):
+// one watch per held lock, re-armed after each event.
 type KeyWatcher interface {
 	// WatchKey arms one notification for key: the returned Subscription
 	// receives an event at the key's next change (or at once when the key

@@ -42,10 +42,12 @@ func (h *Hold) Token() int64 {
 // closes before the server can let anyone else in. When another fairlock
 // client force-unlocks or deletes the lock, it closes within about one
 // network delay (the script tells the holder's client on its own
-// channel). When the lock hash is deleted by hand or evicted, or a
-// Redisson client force-unlocks it, it closes at the watchdog's next
-// check, a third of the client's lease later. For a nil Hold it is closed
-// already.
+// channel). When the lock hash is deleted by hand, expires or is evicted,
+// or a Redisson client force-unlocks it, it closes within about two
+// network delays where the backend can watch keys (backend.KeyWatcher:
+// the client watches the hash of each lock it holds and checks its hold
+// when the hash changes), else at the watchdog's next check, a third of
+// the client's lease later. For a nil Hold it is closed already.
 func (h *Hold) Done() <-chan struct{} {
 	if h == nil {
 		c := make(chan struct{})
