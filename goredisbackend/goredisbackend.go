@@ -90,6 +90,7 @@ type Backend struct {
 	owned   bool     // made by Dial: Close closes the client too
 	scripts sync.Map // SHA1 -> *redis.Script
 	hub     *pubsub.Hub
+	watch   *watcher // key watching; nil unless made by Dial
 	closing sync.Once
 }
 
@@ -109,10 +110,16 @@ func New(client redis.UniversalClient) *Backend {
 
 // Dial returns a Backend on a new client made from opt
 // (redis.NewUniversalClient: standalone, sentinel or cluster, by the
-// options); closing the Backend closes that client too.
+// options); closing the Backend closes that client too. The Backend can
+// watch keys (WatchKey): at its first WatchKey it opens a second, small
+// client from opt with client-side caching, see the package
+// documentation. opt is not modified.
 func Dial(opt *redis.UniversalOptions) *Backend {
 	b := New(redis.NewUniversalClient(opt))
 	b.owned = true
+	if cscPossible(opt) {
+		b.watch = newWatcher(opt)
+	}
 	return b
 }
 
@@ -222,18 +229,30 @@ func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subsc
 	return b.hub.Subscribe(ctx, channel)
 }
 
-// WatchKey implements backend.KeyWatcher by returning
-// backend.ErrNotSupported: see the package documentation for why.
+// WatchKey implements backend.KeyWatcher with go-redis' client-side
+// caching on a watch client of its own (see the package documentation).
+// It returns backend.ErrNotSupported on a Backend made by New, with
+// Protocol 2, and when go-redis does not turn client-side caching on for
+// the watch client (DB other than 0, a credentials provider, a server
+// that refuses RESP3 or CLIENT TRACKING).
 func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return nil, fmt.Errorf("%w: goredisbackend does not watch keys (CLIENT TRACKING invalidations do not reach a go-redis PubSub reliably)", backend.ErrNotSupported)
+	if b.watch == nil {
+		return nil, fmt.Errorf("%w: goredisbackend watches keys only on a Backend made by Dial, with RESP3", backend.ErrNotSupported)
+	}
+	return b.watch.watchKey(ctx, key)
 }
 
-// Close closes the subscription connection, and the client when Dial made
-// it (not one passed to New).
+// Close closes the subscription connection and the watch client, and the
+// client when Dial made it (not one passed to New).
 func (b *Backend) Close() error {
 	err := b.hub.Close()
 	if b.owned {
-		b.closing.Do(func() { err = errors.Join(err, b.client.Close()) })
+		b.closing.Do(func() {
+			if b.watch != nil {
+				err = errors.Join(err, b.watch.close())
+			}
+			err = errors.Join(err, b.client.Close())
+		})
 	}
 	return err
 }
