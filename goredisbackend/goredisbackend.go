@@ -57,19 +57,46 @@
 // ReadTimeout, else one after the other; on cluster clients EvalWait
 // returns backend.ErrNotSupported.
 //
-// WatchKey (backend.KeyWatcher) returns backend.ErrNotSupported, and the
-// lock falls back to its heartbeat for changes that publish nothing (a DEL
-// by hand). Key watching needs CLIENT TRACKING with REDIRECT to the
-// subscription connection, and go-redis does not let that work reliably
-// from outside: with RESP3 (go-redis' default) the server sends the
-// invalidations as "invalidate" push frames, which a PubSub hands to the
-// client-wide push processor, not to Receive, and claiming "invalidate"
-// there clashes with go-redis' own client-side cache; with RESP2 they
-// arrive as __redis__:invalidate messages, but the PubSub cannot run
-// CLIENT ID to be named as the REDIRECT target, go-redis' Receive fails on
-// the nil payload of a flush-all invalidation, and tracking has to be
-// turned on from a second connection whose silent loss would stop the
-// invalidations without notice.
+// # Key watching
+//
+// A Backend made by Dial implements backend.KeyWatcher with go-redis'
+// client-side caching (CSC), so the lock notices at once a lock hash that
+// changes without publishing anything (a DEL by hand, an expiry, an
+// eviction). Dial does not turn CSC on for the client it returns to the
+// lock: at the first WatchKey it opens a second, small client from the same
+// options (4 connections per node; go-redis' pipelines, which are not
+// tracked, are off on it), whose CSC cache is the adapter's own and stores
+// nothing:
+//   - standalone: a redis.Client;
+//   - Sentinel: a standalone redis.Client whose dialer asks the sentinels
+//     (SentinelAddrs, in order) for the master at each dial, since
+//     go-redis' failover client never attaches CSC; after a failover its
+//     connections to the old master keep working (a replica reports the
+//     changes it replicates) until they drop, and new ones go to the new
+//     master;
+//   - cluster: a redis.ClusterClient with CSC on every node client
+//     (ClusterOptions.NewClient), routing to primaries.
+//
+// go-redis runs CLIENT TRACKING ON on each of that client's connections.
+// WatchKey sends one EXISTS through it: the server then reports the key's
+// next change on the connection that read it, and go-redis hands the
+// report to the adapter's cache (DeleteByRedisKey), which wakes the watch.
+// go-redis reads a busy connection's reports before its next command and
+// an idle one's every DrainInterval, 2 ms here unless
+// opt.ClientSideCacheConfig sets its DrainInterval: on loopback a DEL
+// reaches the watcher in about 1.5 ms (p50) to 5 ms (p99). When a tracked
+// connection is closed, found dead by that drain, re-initialised or lent
+// out, go-redis tells the cache (EvictByConn): the watches it carried get a
+// Reconnect event. The other client-side caching options of opt
+// (ClientSideCache, RefreshOnInvalidate, CoalesceMisses,
+// InvalidationBatchWindow) apply to the main client only, as before.
+//
+// WatchKey returns backend.ErrNotSupported, and the lock falls back to its
+// heartbeat for such changes, on a Backend made by New (the adapter does
+// not open clients of its own there), and where go-redis does not attach
+// CSC: Protocol 2, DB other than 0, a credentials provider, or a server
+// that refuses HELLO 3 or CLIENT TRACKING (found out at the first
+// WatchKey: go-redis then runs the EXISTS around the cache).
 package goredisbackend
 
 import (

@@ -341,3 +341,36 @@ func TestWatchKeyServerRefusesTracking(t *testing.T) {
 		t.Errorf("Eval: %v", err)
 	}
 }
+
+// TestWatchKeyOnReplica: a watch client whose connections are on a replica
+// (as after a Sentinel failover demoted their server) hears of the changes
+// the replica applies from its primary.
+func TestWatchKeyOnReplica(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	t.Cleanup(func() { other.Close() })
+	onReplica := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	t.Cleanup(func() { onReplica.Close() })
+	b := goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{replica.Addr()}})
+	t.Cleanup(func() { b.Close() })
+	key := "watch-replicated"
+	if err := other.Set(ctx, key, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the key on the replica", func() bool {
+		return onReplica.Exists(ctx, key).Val() == 1
+	})
+	s, err := b.WatchKey(ctx, key)
+	if err != nil {
+		t.Fatalf("WatchKey: %v", err)
+	}
+	defer s.Close()
+	noEvent(t, s, "before DEL")
+	if err := other.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventWithin(t, s, 5*time.Second, "after DEL on the primary")
+}
