@@ -57,19 +57,46 @@
 // ReadTimeout, else one after the other; on cluster clients EvalWait
 // returns backend.ErrNotSupported.
 //
-// WatchKey (backend.KeyWatcher) returns backend.ErrNotSupported, and the
-// lock falls back to its heartbeat for changes that publish nothing (a DEL
-// by hand). Key watching needs CLIENT TRACKING with REDIRECT to the
-// subscription connection, and go-redis does not let that work reliably
-// from outside: with RESP3 (go-redis' default) the server sends the
-// invalidations as "invalidate" push frames, which a PubSub hands to the
-// client-wide push processor, not to Receive, and claiming "invalidate"
-// there clashes with go-redis' own client-side cache; with RESP2 they
-// arrive as __redis__:invalidate messages, but the PubSub cannot run
-// CLIENT ID to be named as the REDIRECT target, go-redis' Receive fails on
-// the nil payload of a flush-all invalidation, and tracking has to be
-// turned on from a second connection whose silent loss would stop the
-// invalidations without notice.
+// # Key watching
+//
+// A Backend made by Dial implements backend.KeyWatcher with go-redis'
+// client-side caching (CSC), so the lock notices at once a lock hash that
+// changes without publishing anything (a DEL by hand, an expiry, an
+// eviction). Dial does not turn CSC on for the client it returns to the
+// lock: at the first WatchKey it opens a second, small client from the same
+// options (4 connections per node; go-redis' pipelines, which are not
+// tracked, are off on it), whose CSC cache is the adapter's own and stores
+// nothing:
+//   - standalone: a redis.Client;
+//   - Sentinel: a standalone redis.Client whose dialer asks the sentinels
+//     (SentinelAddrs, in order) for the master at each dial, since
+//     go-redis' failover client never attaches CSC; after a failover its
+//     connections to the old master keep working (a replica reports the
+//     changes it replicates) until they drop, and new ones go to the new
+//     master;
+//   - cluster: a redis.ClusterClient with CSC on every node client
+//     (ClusterOptions.NewClient), routing to primaries.
+//
+// go-redis runs CLIENT TRACKING ON on each of that client's connections.
+// WatchKey sends one EXISTS through it: the server then reports the key's
+// next change on the connection that read it, and go-redis hands the
+// report to the adapter's cache (DeleteByRedisKey), which wakes the watch.
+// go-redis reads a busy connection's reports before its next command and
+// an idle one's every DrainInterval, 2 ms here unless
+// opt.ClientSideCacheConfig sets its DrainInterval: on loopback a DEL
+// reaches the watcher in about 1.5 ms (p50) to 5 ms (p99). When a tracked
+// connection is closed, found dead by that drain, re-initialised or lent
+// out, go-redis tells the cache (EvictByConn): the watches it carried get a
+// Reconnect event. The other client-side caching options of opt
+// (ClientSideCache, RefreshOnInvalidate, CoalesceMisses,
+// InvalidationBatchWindow) apply to the main client only, as before.
+//
+// WatchKey returns backend.ErrNotSupported, and the lock falls back to its
+// heartbeat for such changes, on a Backend made by New (the adapter does
+// not open clients of its own there), and where go-redis does not attach
+// CSC: Protocol 2, DB other than 0, a credentials provider, or a server
+// that refuses HELLO 3 or CLIENT TRACKING (found out at the first
+// WatchKey: go-redis then runs the EXISTS around the cache).
 package goredisbackend
 
 import (
@@ -90,6 +117,7 @@ type Backend struct {
 	owned   bool     // made by Dial: Close closes the client too
 	scripts sync.Map // SHA1 -> *redis.Script
 	hub     *pubsub.Hub
+	watch   *watcher // key watching; nil unless made by Dial
 	closing sync.Once
 }
 
@@ -109,10 +137,16 @@ func New(client redis.UniversalClient) *Backend {
 
 // Dial returns a Backend on a new client made from opt
 // (redis.NewUniversalClient: standalone, sentinel or cluster, by the
-// options); closing the Backend closes that client too.
+// options); closing the Backend closes that client too. The Backend can
+// watch keys (WatchKey): at its first WatchKey it opens a second, small
+// client from opt with client-side caching, see the package
+// documentation. opt is not modified.
 func Dial(opt *redis.UniversalOptions) *Backend {
 	b := New(redis.NewUniversalClient(opt))
 	b.owned = true
+	if cscPossible(opt) {
+		b.watch = newWatcher(opt)
+	}
 	return b
 }
 
@@ -222,18 +256,30 @@ func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subsc
 	return b.hub.Subscribe(ctx, channel)
 }
 
-// WatchKey implements backend.KeyWatcher by returning
-// backend.ErrNotSupported: see the package documentation for why.
+// WatchKey implements backend.KeyWatcher with go-redis' client-side
+// caching on a watch client of its own (see the package documentation).
+// It returns backend.ErrNotSupported on a Backend made by New, with
+// Protocol 2, and when go-redis does not turn client-side caching on for
+// the watch client (DB other than 0, a credentials provider, a server
+// that refuses RESP3 or CLIENT TRACKING).
 func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return nil, fmt.Errorf("%w: goredisbackend does not watch keys (CLIENT TRACKING invalidations do not reach a go-redis PubSub reliably)", backend.ErrNotSupported)
+	if b.watch == nil {
+		return nil, fmt.Errorf("%w: goredisbackend watches keys only on a Backend made by Dial, with RESP3", backend.ErrNotSupported)
+	}
+	return b.watch.watchKey(ctx, key)
 }
 
-// Close closes the subscription connection, and the client when Dial made
-// it (not one passed to New).
+// Close closes the subscription connection and the watch client, and the
+// client when Dial made it (not one passed to New).
 func (b *Backend) Close() error {
 	err := b.hub.Close()
 	if b.owned {
-		b.closing.Do(func() { err = errors.Join(err, b.client.Close()) })
+		b.closing.Do(func() {
+			if b.watch != nil {
+				err = errors.Join(err, b.watch.close())
+			}
+			err = errors.Join(err, b.client.Close())
+		})
 	}
 	return err
 }

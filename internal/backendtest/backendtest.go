@@ -49,18 +49,15 @@ func Valkey(opt valkey.ClientOption) conformance.Factory {
 	}
 }
 
-// GoRedis returns backends on new go-redis clients built from opt by
-// redis.NewUniversalClient: standalone, Sentinel (MasterName) or cluster
-// (IsClusterMode, or several Addrs).
+// GoRedis returns backends made by goredisbackend.Dial from opt (which
+// picks standalone, Sentinel (MasterName) or cluster (IsClusterMode, or
+// several Addrs) as redis.NewUniversalClient does, and can watch keys);
+// closing the backend closes its clients.
 func GoRedis(opt redis.UniversalOptions) conformance.Factory {
 	return func(tb testing.TB) backend.Backend {
 		o := opt // NewUniversalClient may fill in defaults
-		rc := redis.NewUniversalClient(&o)
-		b := goredisbackend.New(rc)
-		tb.Cleanup(func() {
-			b.Close()
-			rc.Close()
-		})
+		b := goredisbackend.Dial(&o)
+		tb.Cleanup(func() { b.Close() })
 		return b
 	}
 }
