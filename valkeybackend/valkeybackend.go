@@ -9,7 +9,10 @@
 // one write. Watchdog renewals go out as one DoMulti per tick. Wake-ups
 // arrive on one dedicated connection per Backend (Dedicate plus
 // SetPubSubHooks), which subscribes and unsubscribes channels at run time
-// and is re-dialled, with every channel re-subscribed, when it drops.
+// and is re-dialled, with every channel re-subscribed, when it drops. Key
+// watches (WatchKey) use that connection too, except on a cluster client,
+// whose dedicated connections are bound to one node: there each node that
+// serves a watched key gets one tracking connection of its own.
 //
 // Client options: any standalone, sentinel or cluster client works, and so
 // does a client wrapped by valkeyotel. On servers without CLIENT TRACKING
@@ -38,7 +41,8 @@ type Backend struct {
 	client  valkey.Client
 	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
-	scripts sync.Map // SHA1 -> *valkey.Lua
+	nodes   *nodeWatcher // key watches of a cluster client; nil otherwise
+	scripts sync.Map     // SHA1 -> *valkey.Lua
 	closing sync.Once
 }
 
@@ -53,6 +57,9 @@ var (
 func New(client valkey.Client) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
+	if client.Mode() == valkey.ClientModeCluster {
+		b.nodes = newNodeWatcher(client)
+	}
 	return b
 }
 
@@ -132,17 +139,24 @@ func (b *Backend) Subscribe(ctx context.Context, channel string) (*backend.Subsc
 }
 
 // WatchKey implements backend.KeyWatcher with client-side caching
-// invalidations on the subscription connection. It returns
-// backend.ErrNotSupported with DisableCache, on servers without CLIENT
-// TRACKING, and on cluster clients.
+// invalidations: on the subscription connection, or, on a cluster client,
+// on a tracking connection to the node that serves the key (see
+// nodeWatcher). It returns backend.ErrNotSupported with DisableCache and
+// on servers without CLIENT TRACKING.
 func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
+	if b.nodes != nil {
+		return b.nodes.watch(ctx, key)
+	}
 	return b.hub.WatchKey(ctx, key)
 }
 
-// Close closes the subscription connection, and the client when Dial made
-// it (not one passed to New).
+// Close closes the subscription connection and the tracking connections,
+// and the client when Dial made it (not one passed to New).
 func (b *Backend) Close() error {
 	err := b.hub.Close()
+	if b.nodes != nil {
+		b.nodes.close()
+	}
 	if b.owned {
 		b.closing.Do(b.client.Close)
 	}
@@ -174,12 +188,11 @@ func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-ch
 		dc.Close()
 		return nil, nil, err
 	}
-	return pubSubConn{dc: dc, cluster: b.client.Mode() == valkey.ClientModeCluster}, done, nil
+	return pubSubConn{dc: dc}, done, nil
 }
 
 type pubSubConn struct {
-	dc      valkey.DedicatedClient
-	cluster bool
+	dc valkey.DedicatedClient
 }
 
 // Subscribe implements pubsub.Conn: the client resolves a SUBSCRIBE when
@@ -196,13 +209,20 @@ func (c pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
 
 // Track implements pubsub.KeyTracker with the tracking (OPTIN) the client
 // turns on for every connection unless DisableCache is set: CLIENT CACHING
-// YES makes the server track the EXISTS that follows. A cluster client's
-// dedicated connection is bound to one node, so it tracks nothing.
+// YES makes the server track the EXISTS that follows. Cluster clients do
+// not come here: a dedicated connection is bound to one node, so their
+// keys are tracked by nodeWatcher, on a connection to each node.
 func (c pubSubConn) Track(ctx context.Context, key string) (bool, error) {
-	if c.cluster {
-		return false, backend.ErrNotSupported
-	}
-	res := c.dc.DoMulti(ctx, c.dc.B().ClientCaching().Yes().Build(), c.dc.B().Exists().Key(key).Build())
+	return track(ctx, c.dc, key)
+}
+
+// track sends CLIENT CACHING YES and EXISTS key on dc, so that the server
+// reports key's next change on dc, and reports whether key exists. An
+// error reply to CLIENT CACHING (tracking is off, or the server has no
+// CLIENT TRACKING) is backend.ErrNotSupported; one to EXISTS (MOVED, on a
+// cluster node) is returned as it is.
+func track(ctx context.Context, dc valkey.DedicatedClient, key string) (bool, error) {
+	res := dc.DoMulti(ctx, dc.B().ClientCaching().Yes().Build(), dc.B().Exists().Key(key).Build())
 	if err := res[0].Error(); err != nil {
 		if _, ok := valkey.IsValkeyErr(err); ok {
 			return false, fmt.Errorf("%w: %v", backend.ErrNotSupported, err)
@@ -214,6 +234,368 @@ func (c pubSubConn) Track(ctx context.Context, key string) (bool, error) {
 }
 
 func (c pubSubConn) Close() { c.dc.Close() }
+
+// Key watches on a cluster client. A dedicated connection of a cluster
+// client is bound to one node, so nodeWatcher keeps a tracking connection
+// per node, opened on first use: the client's Nodes gives the node's own
+// client, and Dedicate on that a connection to it, with CLIENT TRACKING
+// (OPTIN) on as on every connection of a client without DisableCache. A
+// key is tracked on the node that last served its slot (at first on any
+// node the watcher or the client knows); a MOVED reply to the EXISTS names
+// the node to try next, and the watcher remembers it for the slot. An ASK
+// reply - the slot is migrating and the key is not on its old node - is
+// returned as an error, for the caller to try again later, when the slot
+// has moved or the key is back.
+//
+// When a node's tracking connection drops (the node died or was told to
+// close it), each watch on it gets a Reconnect event, and the caller's
+// next WatchKey dials again, or is routed to another node by MOVED. The
+// watcher holds state per node and per slot, and per key only for the
+// watches armed.
+type nodeWatcher struct {
+	client valkey.Client
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[string]*trackConn // by node address: open or being opened
+	slots  map[uint16]string     // by slot: the node that served it last
+	wg     sync.WaitGroup        // one goroutine per connection
+}
+
+// trackConn is one node's tracking connection.
+type trackConn struct {
+	addr  string
+	ready chan struct{} // closed when the dial has ended, with dc or err set
+	dc    valkey.DedicatedClient
+	err   error
+
+	// guarded by nodeWatcher.mu
+	watches map[string]map[*backend.Subscription]func(backend.Event) // by key
+	dead    bool                                                     // dropped: no new watches
+}
+
+const (
+	// trackDialTimeout bounds opening a node's tracking connection.
+	trackDialTimeout = 5 * time.Second
+	// maxTrackTries bounds the attempts of one WatchKey on a cluster: the
+	// nodes tried, MOVED replies followed and connections re-dialled.
+	maxTrackTries = 5
+)
+
+// errTrackConnGone: the connection dropped between dial and use.
+var errTrackConnGone = errors.New("tracking connection closed")
+
+func newNodeWatcher(client valkey.Client) *nodeWatcher {
+	return &nodeWatcher{client: client, conns: make(map[string]*trackConn), slots: make(map[uint16]string)}
+}
+
+// watch implements backend.KeyWatcher.WatchKey on a cluster client.
+func (w *nodeWatcher) watch(ctx context.Context, key string) (*backend.Subscription, error) {
+	probe := w.client.B().Exists().Key(key).Build()
+	slot := probe.Slot()
+	addr := w.route(slot)
+	var err error
+	for range maxTrackTries {
+		if addr == "" {
+			if addr = w.anyNode(); addr == "" {
+				return nil, fmt.Errorf("watch key %q: the client knows no cluster node", key)
+			}
+		}
+		var c *trackConn
+		if c, err = w.conn(ctx, addr, key); err != nil {
+			if ctx.Err() != nil || errors.Is(err, backend.ErrClosed) {
+				return nil, fmt.Errorf("watch key %q: %w", key, err)
+			}
+			// Unreachable: the node may be gone. Ask another.
+			w.forget(slot, addr)
+			addr = ""
+			continue
+		}
+		var s *backend.Subscription
+		if s, err = w.track(ctx, c, key); err == nil {
+			w.learn(slot, addr)
+			return s, nil
+		}
+		if errors.Is(err, backend.ErrNotSupported) || ctx.Err() != nil {
+			return nil, fmt.Errorf("watch key %q: %w", key, err)
+		}
+		if rerr, ok := valkey.IsValkeyErr(err); ok {
+			if to, moved := rerr.IsMoved(); moved {
+				w.learn(slot, to)
+				addr = to
+				continue
+			}
+			// ASK, CLUSTERDOWN, TRYAGAIN: the caller tries again later.
+			return nil, fmt.Errorf("watch key %q on %s: %w", key, addr, &backend.ServerError{Message: rerr.Error()})
+		}
+		// The connection broke: drop it (its watches get Reconnect) and
+		// dial again.
+		w.discard(c)
+	}
+	return nil, fmt.Errorf("watch key %q: gave up after %d tries: %w", key, maxTrackTries, err)
+}
+
+// track arms a watch of key on c. The watch listens from before the
+// EXISTS, as pubsub.Hub's do: an early invalidation costs a re-check, a
+// missed one the wake-up.
+func (w *nodeWatcher) track(ctx context.Context, c *trackConn, key string) (*backend.Subscription, error) {
+	var s *backend.Subscription
+	s, deliver := backend.NewSubscription(key, func() { w.unwatch(c, s) })
+	w.mu.Lock()
+	if c.dead {
+		w.mu.Unlock()
+		return nil, errTrackConnGone
+	}
+	set := c.watches[key]
+	if set == nil {
+		set = make(map[*backend.Subscription]func(backend.Event))
+		c.watches[key] = set
+	}
+	set[s] = deliver
+	w.mu.Unlock()
+	exists, err := track(ctx, c.dc, key)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if !exists {
+		deliver(backend.Event{})
+	}
+	return s, nil
+}
+
+// unwatch stops delivery to s, a watch of c.
+func (w *nodeWatcher) unwatch(c *trackConn, s *backend.Subscription) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if set := c.watches[s.Channel()]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(c.watches, s.Channel())
+		}
+	}
+}
+
+// invalidate is c's invalidation hook, called by its reader: it wakes the
+// watches of keys and forgets them, since the server reports a tracked key
+// once. nil (a flush, or the connection's end) ends the tracking of every
+// key: each watch gets a Reconnect event.
+func (w *nodeWatcher) invalidate(c *trackConn, keys []valkey.ValkeyMessage) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	if keys == nil {
+		for key, set := range c.watches {
+			for _, deliver := range set {
+				deliver(backend.Event{Reconnect: true})
+			}
+			delete(c.watches, key)
+		}
+		return
+	}
+	for _, k := range keys {
+		key, err := k.ToString()
+		if err != nil {
+			continue
+		}
+		for _, deliver := range c.watches[key] {
+			deliver(backend.Event{})
+		}
+		delete(c.watches, key)
+	}
+}
+
+// conn returns the tracking connection to addr, dialing it when there is
+// none. It waits for a dial in progress at most until ctx ends.
+func (w *nodeWatcher) conn(ctx context.Context, addr, key string) (*trackConn, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	c := w.conns[addr]
+	if c == nil {
+		c = &trackConn{addr: addr, ready: make(chan struct{}), watches: make(map[string]map[*backend.Subscription]func(backend.Event))}
+		w.conns[addr] = c
+		w.wg.Add(1)
+		go w.run(c, key)
+	}
+	w.mu.Unlock()
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+// run dials c, then waits for its end and drops it.
+func (w *nodeWatcher) run(c *trackConn, key string) {
+	defer w.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), trackDialTimeout)
+	dc, done, err := w.open(ctx, c, key)
+	cancel()
+	w.mu.Lock()
+	if err == nil && w.closed {
+		dc.Close()
+		err = backend.ErrClosed
+	}
+	if err != nil {
+		c.err = fmt.Errorf("open tracking connection to %s: %w", c.addr, err)
+		c.dead = true
+		if w.conns[c.addr] == c {
+			delete(w.conns, c.addr)
+		}
+		w.mu.Unlock()
+		close(c.ready)
+		return
+	}
+	c.dc = dc
+	w.mu.Unlock()
+	close(c.ready)
+	for range done { // at most one error, then closed
+	}
+	w.drop(c)
+	dc.Close()
+}
+
+// open dials addr's tracking connection. The client learns of a node it
+// does not know yet (named by a MOVED before the client's next refresh)
+// when it follows the same redirection for a command on key. open also
+// closes the idle connections to nodes the client no longer knows.
+func (w *nodeWatcher) open(ctx context.Context, c *trackConn, key string) (valkey.DedicatedClient, <-chan error, error) {
+	nodes := w.client.Nodes()
+	node, ok := nodes[c.addr]
+	if !ok {
+		if err := w.client.Do(ctx, w.client.B().Exists().Key(key).Build()).Error(); ctx.Err() != nil {
+			return nil, nil, err
+		}
+		nodes = w.client.Nodes()
+		if node, ok = nodes[c.addr]; !ok {
+			return nil, nil, fmt.Errorf("the client does not know node %s", c.addr)
+		}
+	}
+	w.prune(nodes)
+	// A second try, since an idle pooled connection may have died unseen.
+	for try := 0; ; try++ {
+		dc, _ := node.Dedicate()
+		done := dc.SetOnInvalidations(func(keys []valkey.ValkeyMessage) { w.invalidate(c, keys) })
+		err := dc.Do(ctx, dc.B().Ping().Build()).Error()
+		if err == nil {
+			return dc, done, nil
+		}
+		dc.Close()
+		if try == 1 || ctx.Err() != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// prune closes the connections without watches to nodes not in nodes.
+func (w *nodeWatcher) prune(nodes map[string]valkey.Client) {
+	var idle []*trackConn
+	w.mu.Lock()
+	for addr, c := range w.conns {
+		if _, ok := nodes[addr]; !ok && c.dc != nil && len(c.watches) == 0 {
+			idle = append(idle, c)
+		}
+	}
+	w.mu.Unlock()
+	for _, c := range idle {
+		w.discard(c)
+	}
+}
+
+// discard closes c; its goroutine then drops it.
+func (w *nodeWatcher) discard(c *trackConn) {
+	w.drop(c)
+	c.dc.Close()
+}
+
+// drop takes c out of use and gives each of its watches a Reconnect event.
+func (w *nodeWatcher) drop(c *trackConn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c.dead = true
+	if w.conns[c.addr] == c {
+		delete(w.conns, c.addr)
+	}
+	for key, set := range c.watches {
+		if !w.closed {
+			for _, deliver := range set {
+				deliver(backend.Event{Reconnect: true})
+			}
+		}
+		delete(c.watches, key)
+	}
+}
+
+// route returns the node that served slot last, or "".
+func (w *nodeWatcher) route(slot uint16) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.slots[slot]
+}
+
+// learn notes that addr serves slot.
+func (w *nodeWatcher) learn(slot uint16, addr string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.slots[slot] = addr
+}
+
+// forget forgets that addr serves slot.
+func (w *nodeWatcher) forget(slot uint16, addr string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.slots[slot] == addr {
+		delete(w.slots, slot)
+	}
+}
+
+// anyNode returns a node to try for a slot of unknown owner: one with an
+// open tracking connection, else one the client knows.
+func (w *nodeWatcher) anyNode() string {
+	w.mu.Lock()
+	for addr, c := range w.conns {
+		if c.dc != nil && !c.dead {
+			w.mu.Unlock()
+			return addr
+		}
+	}
+	w.mu.Unlock()
+	for addr := range w.client.Nodes() {
+		return addr
+	}
+	return ""
+}
+
+// close closes the tracking connections; their watches get no more
+// events.
+func (w *nodeWatcher) close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	var open []valkey.DedicatedClient
+	for _, c := range w.conns {
+		if c.dc != nil {
+			open = append(open, c.dc)
+		}
+	}
+	w.mu.Unlock()
+	for _, dc := range open {
+		dc.Close()
+	}
+	w.wg.Wait()
+}
 
 // convert maps a valkey-go result to a backend reply: server error replies
 // become *backend.ServerError, a nil reply becomes backend.Nil.
