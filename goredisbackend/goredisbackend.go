@@ -14,7 +14,7 @@
 //
 // # Scripts and retries
 //
-// Eval runs a redis.Script with Script.Run (EVALSHA, then EVAL on
+// Eval sends EVALSHA with the script's digest (then EVAL on
 // NOSCRIPT). EvalBatch sends its calls as one pipeline (Pipelined), one
 // write per node, and runs a call the server answered with NOSCRIPT again
 // with EVAL.
@@ -114,8 +114,7 @@ import (
 // Backend implements backend.Backend on a go-redis client.
 type Backend struct {
 	client  redis.UniversalClient
-	owned   bool     // made by Dial: Close closes the client too
-	scripts sync.Map // SHA1 -> *redis.Script
+	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
 	watch   *watcher // key watching; nil unless made by Dial
 	closing sync.Once
@@ -150,18 +149,27 @@ func Dial(opt *redis.UniversalOptions) *Backend {
 	return b
 }
 
-func (b *Backend) script(s *backend.Script) *redis.Script {
-	if rs, ok := b.scripts.Load(s.SHA1); ok {
-		return rs.(*redis.Script)
-	}
-	rs, _ := b.scripts.LoadOrStore(s.SHA1, redis.NewScript(s.Source))
-	return rs.(*redis.Script)
+// Eval implements backend.Backend: EVALSHA, and EVAL when the server
+// answers NOSCRIPT. Neither is retried by go-redis.
+func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	return convert(run(ctx, b.client, s, keys, args))
 }
 
-// Eval implements backend.Backend with Script.Run: EVALSHA, and EVAL when
-// the server answers NOSCRIPT. Neither is retried by go-redis.
-func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	return convert(b.script(s).Run(ctx, scripter{b.client, b.client}, keys, values(args)...))
+// run sends s through p as EVALSHA, and as EVAL when the server answers
+// NOSCRIPT or s has no SHA-1 (backend.NewScript in FIPS 140-only mode).
+// The adapter computes no digest itself. Neither command is retried by
+// go-redis.
+func run(ctx context.Context, p processor, s *backend.Script, keys, args []string) *redis.Cmd {
+	if s.SHA1 != "" {
+		cmd := evalCmd(ctx, "evalsha", s.SHA1, keys, args)
+		_ = p.Process(ctx, once{cmd})
+		if !isNoScript(cmd.Err()) {
+			return cmd
+		}
+	}
+	cmd := evalCmd(ctx, "eval", s.Source, keys, args)
+	_ = p.Process(ctx, once{cmd})
+	return cmd
 }
 
 // EvalBatch implements backend.Backend with one pipeline; a call the
@@ -175,7 +183,11 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 	// first of them.
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = evalCmd(ctx, "evalsha", c.Script.SHA1, c.Keys, c.Args)
+			if c.Script.SHA1 == "" {
+				cmds[i] = evalCmd(ctx, "eval", c.Script.Source, c.Keys, c.Args)
+			} else {
+				cmds[i] = evalCmd(ctx, "evalsha", c.Script.SHA1, c.Keys, c.Args)
+			}
 			_ = p.Process(ctx, once{cmds[i]})
 		}
 		return nil
@@ -184,7 +196,8 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
 			c := calls[i]
-			cmd = b.script(c.Script).Eval(ctx, scripter{b.client, b.client}, c.Keys, values(c.Args)...)
+			cmd = evalCmd(ctx, "eval", c.Script.Source, c.Keys, c.Args)
+			_ = b.client.Process(ctx, once{cmd})
 		}
 		out[i].Reply, out[i].Err = convert(cmd)
 	}
@@ -215,7 +228,6 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	conn := sc.Conn()
 	defer conn.Close()
-	rs := b.script(s)
 	var (
 		script *redis.Cmd
 		wait   *redis.IntCmd
@@ -230,12 +242,14 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 				return nil
 			})
 		}
-		pipelined("evalsha", rs.Hash())
-		if isNoScript(script.Err()) {
+		if s.SHA1 != "" {
+			pipelined("evalsha", s.SHA1)
+		}
+		if script == nil || isNoScript(script.Err()) {
 			pipelined("eval", s.Source)
 		}
 	} else {
-		script = rs.Run(ctx, scripter{conn, conn}, keys, values(args)...)
+		script = run(ctx, conn, s, keys, args)
 		if script.Err() == nil || errors.Is(script.Err(), redis.Nil) {
 			wait = conn.Wait(ctx, replicas, timeout)
 		}
@@ -297,52 +311,21 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// scripter is the redis.Scripter that Script.Run uses: its EVAL and
-// EVALSHA are never retried; everything else goes to the client.
-type scripter struct {
-	redis.Scripter
-	p processor
-}
-
-func (s scripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
-	return s.run(ctx, "eval", src, keys, args)
-}
-
-func (s scripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return s.run(ctx, "evalsha", sha1, keys, args)
-}
-
-func (s scripter) run(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
-	cmd := evalCmdValues(ctx, name, payload, keys, args)
-	_ = s.p.Process(ctx, once{cmd})
-	return cmd
-}
-
 // evalCmd builds EVAL or EVALSHA as go-redis' own Eval does.
 func evalCmd(ctx context.Context, name, payload string, keys, args []string) *redis.Cmd {
-	return evalCmdValues(ctx, name, payload, keys, values(args))
-}
-
-func evalCmdValues(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, payload, len(keys))
 	for _, k := range keys {
 		cmdArgs = append(cmdArgs, k)
 	}
-	cmdArgs = append(cmdArgs, args...)
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, a)
+	}
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3) // the cluster client routes by the first key
 	}
 	return cmd
-}
-
-func values(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }
 
 func isNoScript(err error) bool {

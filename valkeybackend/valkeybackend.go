@@ -3,7 +3,7 @@
 // Package valkeybackend adapts a github.com/valkey-io/valkey-go client to
 // backend.Backend, so package lock can run on it.
 //
-// Scripts run through valkey-go's own Lua support (EVALSHA, and EVAL on
+// Scripts run as EVALSHA with the digest the Script carries (and EVAL on
 // NOSCRIPT, which loads the script and runs it in the same round trip),
 // on the client's auto-pipelined connections: concurrent lock calls share
 // one write. Watchdog renewals go out as one DoMulti per tick. Wake-ups
@@ -42,7 +42,6 @@ type Backend struct {
 	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
 	nodes   *nodeWatcher // key watches of a cluster client; nil otherwise
-	scripts sync.Map     // SHA1 -> *valkey.Lua
 	closing sync.Once
 }
 
@@ -75,17 +74,34 @@ func Dial(opt valkey.ClientOption) (*Backend, error) {
 	return b, nil
 }
 
-func (b *Backend) lua(s *backend.Script) *valkey.Lua {
-	if l, ok := b.scripts.Load(s.SHA1); ok {
-		return l.(*valkey.Lua)
+// Eval implements backend.Backend: EVALSHA with the script's digest, and
+// EVAL when the server answers NOSCRIPT (which loads the script and runs
+// it in the same round trip) or the script has no digest
+// (backend.NewScript in FIPS 140-only mode). The adapter hashes nothing.
+func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	res := b.client.Do(ctx, b.evalCmd(s, keys, args))
+	if isNoScript(res) {
+		res = b.client.Do(ctx, b.evalSource(s, keys, args))
 	}
-	l, _ := b.scripts.LoadOrStore(s.SHA1, valkey.NewLuaScript(s.Source))
-	return l.(*valkey.Lua)
+	return convert(res)
 }
 
-// Eval implements backend.Backend.
-func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	return convert(b.lua(s).Exec(ctx, b.client, keys, args))
+// evalCmd is EVALSHA for s, or EVAL when s has no digest.
+func (b *Backend) evalCmd(s *backend.Script, keys, args []string) valkey.Completed {
+	if s.SHA1 == "" {
+		return b.evalSource(s, keys, args)
+	}
+	return b.client.B().Evalsha().Sha1(s.SHA1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// evalSource is EVAL with s's source.
+func (b *Backend) evalSource(s *backend.Script, keys, args []string) valkey.Completed {
+	return b.client.B().Eval().Script(s.Source).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+func isNoScript(res valkey.ValkeyResult) bool {
+	rerr, ok := valkey.IsValkeyErr(res.Error())
+	return ok && rerr.IsNoScript()
 }
 
 // EvalBatch implements backend.Backend with one DoMulti; a call the server
@@ -96,12 +112,13 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 	}
 	cmds := make(valkey.Commands, len(calls))
 	for i, c := range calls {
-		cmds[i] = b.client.B().Evalsha().Sha1(c.Script.SHA1).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+		cmds[i] = b.evalCmd(c.Script, c.Keys, c.Args)
 	}
 	out := make([]backend.Result, len(calls))
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
-		if rerr, ok := valkey.IsValkeyErr(res.Error()); ok && rerr.IsNoScript() {
-			out[i].Reply, out[i].Err = b.Eval(ctx, calls[i].Script, calls[i].Keys, calls[i].Args)
+		if isNoScript(res) {
+			c := calls[i]
+			out[i].Reply, out[i].Err = convert(b.client.Do(ctx, b.evalSource(c.Script, c.Keys, c.Args)))
 			continue
 		}
 		out[i].Reply, out[i].Err = convert(res)
@@ -118,12 +135,10 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 		return backend.Reply{}, 0, fmt.Errorf("%w: WAIT after a script on a cluster client", backend.ErrNotSupported)
 	}
 	wait := b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
-	script := b.client.B().Evalsha().Sha1(s.SHA1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	res := b.client.DoMulti(ctx, script, wait)
-	if rerr, ok := valkey.IsValkeyErr(res[0].Error()); ok && rerr.IsNoScript() {
+	res := b.client.DoMulti(ctx, b.evalCmd(s, keys, args), wait)
+	if isNoScript(res[0]) {
 		wait = b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
-		script = b.client.B().Eval().Script(s.Source).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-		res = b.client.DoMulti(ctx, script, wait)
+		res = b.client.DoMulti(ctx, b.evalSource(s, keys, args), wait)
 	}
 	reply, err := convert(res[0])
 	if err != nil {

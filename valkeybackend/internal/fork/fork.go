@@ -20,7 +20,6 @@ type rename struct{ from, to string }
 var renames = []rename{
 	// Words about the client in comments.
 	{"// Package rueidisbackend adapts a github.com/redis/rueidis client", "// Package valkeybackend adapts a github.com/valkey-io/valkey-go client"},
-	{"rueidis' own Lua support", "valkey-go's own Lua support"},
 	{"wrapped by rueidisotel", "wrapped by valkeyotel"},
 	{"maps a rueidis result", "maps a valkey-go result"},
 	// The package and the import.
