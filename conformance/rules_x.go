@@ -375,10 +375,10 @@ func testX7ForceUnlocked(t *testing.T, s *suite) {
 	}
 }
 
-// testX7EvictedAtOnce: a hold that another client force-unlocks or
+// testX16EvictedAtOnce: a hold that another client force-unlocks or
 // deletes ends at once - its client is told on its own channel - not at
 // its next renewal, a third of the default 30 s lease away.
-func testX7EvictedAtOnce(t *testing.T, s *suite) {
+func testX16EvictedAtOnce(t *testing.T, s *suite) {
 	for _, how := range []string{"force_unlock", "delete"} {
 		t.Run(how, func(t *testing.T) {
 			name := lockName(t)
@@ -413,13 +413,13 @@ func testX7EvictedAtOnce(t *testing.T, s *suite) {
 	}
 }
 
-// testX7HashChanged: a hold ended behind its client's back without a
+// testX16HashChanged: a hold ended behind its client's back without a
 // word - the lock hash deleted by hand, or a Redisson client's
 // forceUnlock() - ends at once where the backend can watch keys
 // (backend.KeyWatcher): the change of the hash makes the client check its
 // hold. Elsewhere it ends at the watchdog's next check, a third of the
 // lease, which is then the floor this case holds the backend to.
-func testX7HashChanged(t *testing.T, s *suite) {
+func testX16HashChanged(t *testing.T, s *suite) {
 	for _, how := range []string{"DEL by hand", "Redisson forceUnlock"} {
 		t.Run(strings.ReplaceAll(how, " ", "_"), func(t *testing.T) {
 			name := lockName(t)
