@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func sequentialCases() []sequentialCase {
 		{name: "X9_UnreplicatedAcquireIsRolledBack", run: testX9Replicas, needsReplica: true},
 		{name: "X7_RenewalFailingPastTheLeaseIsLoss", run: testX7RenewalFailing, needsServer: true},
 		{name: "X3_ServerRestartDoesNotStrandWaiters", run: testServerRestart, needsServer: true},
+		{name: "X18_ServerThatMayEvictIsRefused", run: testX18EvictingServer, needsServer: true},
 	}
 }
 
@@ -229,4 +231,60 @@ func testServerRestart(t *testing.T, s *suite) {
 	if d := r.at.Sub(released); d > slack {
 		t.Errorf("hand-over after the restart took %v: the wake-up did not arrive", d)
 	}
+}
+
+// testX18EvictingServer: a server with a memory limit and a policy that
+// may evict lock keys (every lock key has a TTL, so volatile-* too) is
+// refused by NewClient, with an error naming the policy, unless the user
+// accepts the risk (WithEvictionRisk); noeviction is accepted. A client
+// that started on a safe server reads the policy again after its
+// subscription connection reconnects, and refuses acquires while the
+// server may evict.
+func testX18EvictingServer(t *testing.T, s *suite) {
+	srv := s.cfg.server
+	defer func() {
+		srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+		srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	}()
+	srv.Do(t, "CONFIG", "SET", "maxmemory", "1gb") // a limit, no pressure
+	for _, policy := range []string{"allkeys-lru", "volatile-ttl"} {
+		srv.Do(t, "CONFIG", "SET", "maxmemory-policy", policy)
+		_, err := lock.NewClient(s.newBackend(t))
+		if !errors.Is(err, lock.ErrEvictionPolicy) || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "WithEvictionRisk") {
+			t.Errorf("NewClient on %s: %v, want ErrEvictionPolicy naming the policy and the option", policy, err)
+		}
+		p := s.newProc(t, lock.WithEvictionRisk())
+		m := p.mutex(t, lockName(t))
+		mustLock(t, m)
+		mustUnlock(t, m)
+		if n := p.b.count("memory_policy"); n != 0 {
+			t.Errorf("WithEvictionRisk: the policy was read %d times, want never", n)
+		}
+	}
+	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	p := s.newProc(t)
+	m := p.mutex(t, lockName(t))
+	mustLock(t, m) // the client now listens on its channel: it hears of reconnects
+	mustUnlock(t, m)
+	redistest.Eventually(t, eventually, "the client to listen on its channel", func() bool {
+		return p.b.count(clientSubscribe+doneSuffix) > 0
+	})
+	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	redistest.Eventually(t, eventually, "acquires to be refused after the reconnect", func() bool {
+		_, err := m.TryLock(ctxFor(t, eventually), 0)
+		if err == nil {
+			_ = m.Unlock(ctxFor(t, eventually))
+		}
+		return errors.Is(err, lock.ErrEvictionPolicy)
+	})
+	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	redistest.Eventually(t, eventually, "acquires to work again after the next reconnect", func() bool {
+		_, err := m.TryLock(ctxFor(t, eventually), 0)
+		if err == nil {
+			mustUnlock(t, m)
+		}
+		return err == nil
+	})
 }

@@ -25,7 +25,8 @@ type Client struct {
 	scripts *wire.Scripts
 
 	nextOwner  atomic.Int64
-	noKeyWatch atomic.Bool // the backend said it cannot watch keys
+	noKeyWatch atomic.Bool  // the backend said it cannot watch keys
+	memory     memoryPolicy // the server's memory policy, as last read (X18)
 
 	mu     sync.Mutex
 	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
@@ -54,8 +55,11 @@ type holdRef struct {
 // NewClient returns a Client that talks to Redis through b, and takes b:
 // Client.Close closes it (when NewClient fails, b stays the caller's).
 // Defaults: lease 30 s (renewed every 10 s), waiter timeout 5 s, no key
-// prefix, PUBLISH wake-ups, no observer, no description. NewClient sends
-// nothing to Redis itself; with WithDescription the client writes its
+// prefix, PUBLISH wake-ups, no observer, no description. NewClient reads
+// the server's memory policy, one script call bounded by 5 s, and fails
+// with ErrEvictionPolicy when the server may evict lock keys (see
+// WithEvictionRisk); a server that does not tell, or cannot be reached
+// then, is let through. With WithDescription the client writes its
 // description in the background.
 func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
@@ -77,11 +81,17 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
+	scripts := wire.NewScripts()
+	if !cfg.evictionRisk {
+		if err := readMemoryPolicy(context.Background(), b, scripts); err != nil {
+			return nil, err
+		}
+	}
 	c := &Client{
 		b:       b,
 		id:      id,
 		cfg:     cfg,
-		scripts: wire.NewScripts(),
+		scripts: scripts,
 		owners:  make(map[string]*entry),
 		holds:   make(map[*Hold]holdRef),
 		closing: make(chan struct{}),

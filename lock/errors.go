@@ -43,6 +43,17 @@ var (
 	// replicas than asked acknowledged in time. It was rolled back (the hold
 	// given up, the owner out of the queue) before the error was returned.
 	ErrNotReplicated = errors.New("lock: acquire not replicated")
+	// ErrEvictionPolicy: the server has a memory limit and a
+	// maxmemory-policy that may evict lock keys (anything but noeviction:
+	// every lock key carries a TTL), so a held lock could vanish and be
+	// granted to the next waiter. Returned by NewClient, and by acquires
+	// after a reconnect found such a policy, unless WithEvictionRisk
+	// accepts it.
+	ErrEvictionPolicy = errors.New("lock: server may evict lock keys")
+	// ErrOutOfMemory: the server refused a write because its memory is full
+	// (maxmemory reached under noeviction). The script changed nothing; it
+	// is not retried. Renewals keep working (they only move expiries).
+	ErrOutOfMemory = errors.New("lock: server out of memory")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("lock: client closed")
 	// ErrUnexpectedReply: the server answered in a shape this version does

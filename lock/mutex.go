@@ -114,6 +114,9 @@ func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	if err := spec.check(m.c); err != nil {
 		return nil, m.errorf(err)
 	}
+	if err := m.c.memory.err(); err != nil {
+		return nil, m.errorf(err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, m.errorf(err)
 	}
@@ -455,5 +458,5 @@ func (m *Mutex) call(op observe.Op) observe.Call {
 }
 
 func (m *Mutex) errorf(err error) error {
-	return fmt.Errorf("lock %q (owner %s): %w", m.name, m.field, err)
+	return fmt.Errorf("lock %q (owner %s): %w", m.name, m.field, outOfMemory(err))
 }

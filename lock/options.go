@@ -46,6 +46,7 @@ type config struct {
 	replicaWait   time.Duration        // X9: how long WAIT waits for them
 	description   *inspect.Description // WithDescription; nil: none
 	cached        *cachedReads         // WithCachedReads; nil: off
+	evictionRisk  bool                 // WithEvictionRisk: the memory policy is not read
 }
 
 // Option configures a Client.
@@ -227,6 +228,24 @@ func WithCachedReads(maxStale time.Duration) Option {
 			return err
 		}
 		c.cached = &cachedReads{maxStale: maxStale}
+		return nil
+	}
+}
+
+// WithEvictionRisk accepts a server whose memory policy may evict lock
+// keys (default: refused). Every lock key carries a TTL, so with a memory
+// limit (maxmemory) any maxmemory-policy but noeviction - the allkeys-*
+// and the volatile-* ones alike - may evict a held lock's hash when memory
+// runs short; the next waiter then gets the lock while the holder still
+// works (the holder learns of it within about two round trips where the
+// backend watches keys). Without this option NewClient reads the policy
+// (INFO memory, from a script) and fails with ErrEvictionPolicy on such a
+// server, and so do acquires after a reconnect found one; with it nothing
+// is read. Fencing tokens (Hold.Token) still never go backwards, but a
+// token counter evicted with the rest restarts from the server's clock.
+func WithEvictionRisk() Option {
+	return func(c *config) error {
+		c.evictionRisk = true
 		return nil
 	}
 }

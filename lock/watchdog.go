@@ -172,6 +172,7 @@ func (r *reconnects) run(stop <-chan struct{}) {
 		case e := <-sub.Events():
 			if e.Reconnect {
 				r.dog.reconnected()
+				r.c.goRecheckMemory(r.ctx)
 				continue
 			}
 			if msg := wire.ParseMessage(e.Payload); msg.Kind == wire.Lost {

@@ -42,6 +42,7 @@ func TestCallsMatchScripts(t *testing.T) {
 		Prune{Wake: w}.Call(s, k),
 		Describe{Key: "d", Value: "{}", TTL: time.Second}.Call(s),
 		ReadDescription(s, "d"),
+		MemoryPolicy(s),
 	}
 	seen := map[string]bool{}
 	for _, c := range calls {
@@ -55,15 +56,15 @@ func TestCallsMatchScripts(t *testing.T) {
 		if got, want := len(c.Keys), maxRef(keysRef, body); got != want {
 			t.Errorf("%s: %d KEYS sent, script reads KEYS[%d]", c.Script.Name, got, want)
 		}
-		for _, key := range c.Keys[1:] {
+		for _, key := range c.Keys[min(1, len(c.Keys)):] {
 			if c.Script.Name != "describe" && c.Script.Name != "read_description" && Slot(key) != Slot(c.Keys[0]) {
 				t.Errorf("%s: key %q is not in the lock's slot", c.Script.Name, key)
 			}
 		}
 		seen[c.Script.Name] = true
 	}
-	if len(seen) != 10 {
-		t.Errorf("calls cover %d scripts, want all 10", len(seen))
+	if want := len(s.all()); len(seen) != want {
+		t.Errorf("calls cover %d scripts, want all %d", len(seen), want)
 	}
 }
 
@@ -189,5 +190,39 @@ func TestCachedRead(t *testing.T) {
 	reps[4] = backend.IntReply(1) // an entry left behind: only the script can count
 	if _, _, err := r.Decode(reps, now); !errors.Is(err, ErrLeftMarks) {
 		t.Errorf("with a left mark: %v, want ErrLeftMarks", err)
+	}
+}
+
+// TestMemoryPolicy: which memory policies may evict lock keys, and the
+// reply's shapes.
+func TestMemoryPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		m      Memory
+		evicts bool
+	}{
+		{Memory{0, "allkeys-lru"}, false},
+		{Memory{1 << 20, "noeviction"}, false},
+		{Memory{1 << 20, "allkeys-lru"}, true},
+		{Memory{1 << 20, "volatile-ttl"}, true},
+		{Memory{1 << 20, "volatile-lfu"}, true},
+	} {
+		if got := tc.m.Evicts(); got != tc.evicts {
+			t.Errorf("%+v: Evicts() = %v, want %v", tc.m, got, tc.evicts)
+		}
+	}
+	got, err := DecodeMemory(backend.ArrayReply(backend.IntReply(100), backend.StringReply("allkeys-lru")))
+	if err != nil || got != (Memory{100, "allkeys-lru"}) {
+		t.Errorf("DecodeMemory = %+v, %v", got, err)
+	}
+	for _, bad := range []backend.Reply{
+		backend.IntReply(1),
+		backend.ArrayReply(backend.IntReply(100)),
+		backend.ArrayReply(backend.IntReply(-1), backend.StringReply("noeviction")),
+		backend.ArrayReply(backend.IntReply(100), backend.IntReply(2)),
+		backend.ArrayReply(backend.IntReply(100), backend.StringReply("")),
+	} {
+		if _, err := DecodeMemory(bad); !errors.Is(err, backend.ErrUnexpectedReply) {
+			t.Errorf("DecodeMemory(%+v): %v, want ErrUnexpectedReply", bad, err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ var digests = map[string]string{
 	"force_unlock":     "23b2adcb1754d839bab66de912af5fe138164828",
 	"inspect":          "5a6ebb4e305586eb3e0c62b97292075133b9fb9e",
 	"leave":            "edf60a8e7f675883d6868a806b01d874e182a992",
+	"memory_policy":    "98c70b52dd459b5029ce594df89097617e308b0b",
 	"prune":            "80d428c4b0da900fb044de46b8e2668bb59ffffe",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
 	"renew":            "c597c0cb229db2e6cb4f8063f4e446209ac55712",

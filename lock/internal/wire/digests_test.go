@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	flagpkg "flag"
 	"fmt"
+	"go/format"
 	"os"
 	"slices"
 	"strings"
@@ -37,7 +38,11 @@ func TestScriptDigests(t *testing.T) {
 			fmt.Fprintf(&b, "\t%q: %q,\n", n, want[n])
 		}
 		b.WriteString("}\n")
-		if err := os.WriteFile("digests.go", []byte(b.String()), 0o644); err != nil {
+		src, err := format.Source([]byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("digests.go", src, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return

@@ -42,13 +42,15 @@ var (
 	describeLua string
 	//go:embed scripts/read_description.lua
 	readDescriptionLua string
+	//go:embed scripts/memory_policy.lua
+	memoryPolicyLua string
 )
 
 // Scripts is every script fairlock runs, built once per client (no
 // package-level mutable state).
 type Scripts struct {
 	acquire, unlock, leave, renew, forceUnlock, deleteLock, inspect, prune *backend.Script
-	describe, readDescription                                              *backend.Script
+	describe, readDescription, memoryPolicy                                *backend.Script
 }
 
 // NewScripts builds the script set. Each script's SHA-1, the name EVALSHA
@@ -72,12 +74,13 @@ func NewScripts() *Scripts {
 		prune:           lock("prune", pruneLua),
 		describe:        script("describe", describeLua),
 		readDescription: script("read_description", readDescriptionLua),
+		memoryPolicy:    script("memory_policy", memoryPolicyLua),
 	}
 }
 
 // all returns every script of the set.
 func (s *Scripts) all() []*backend.Script {
-	return []*backend.Script{s.acquire, s.unlock, s.leave, s.renew, s.forceUnlock, s.deleteLock, s.inspect, s.prune, s.describe, s.readDescription}
+	return []*backend.Script{s.acquire, s.unlock, s.leave, s.renew, s.forceUnlock, s.deleteLock, s.inspect, s.prune, s.describe, s.readDescription, s.memoryPolicy}
 }
 
 // ms formats d as whole milliseconds, the unit of the scripts' arguments.

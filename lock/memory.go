@@ -1,0 +1,102 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
+)
+
+// The server's memory policy (X18). Every lock key carries a TTL, so a
+// server with a memory limit and any policy but noeviction may evict a
+// held lock's hash when memory runs short, and the next waiter then gets
+// the lock while the holder still works. NewClient reads the policy
+// (memory_policy.lua: INFO memory) and refuses such a server unless
+// WithEvictionRisk accepts it; after a reconnect of the subscription
+// connection the client reads it again, and while the server may evict,
+// acquires fail with ErrEvictionPolicy. A server that does not tell (INFO
+// renamed or forbidden to the user, a proxy) is let through, and so is
+// one that cannot be reached while NewClient runs.
+
+// memoryCheckTimeout bounds one reading of the memory policy.
+const memoryCheckTimeout = 5 * time.Second
+
+// memoryPolicy holds the latest finding: nil while the server is not
+// known to evict.
+type memoryPolicy struct {
+	evicts atomic.Pointer[error]
+}
+
+// err returns the error acquires fail with, or nil.
+func (p *memoryPolicy) err() error {
+	if e := p.evicts.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// readMemoryPolicy reads the server's memory policy and returns
+// ErrEvictionPolicy, wrapped with what the server said, when it may evict
+// lock keys; nil when it will not or does not tell.
+func readMemoryPolicy(ctx context.Context, b backend.Backend, s *wire.Scripts) error {
+	ctx, cancel := context.WithTimeout(ctx, memoryCheckTimeout)
+	defer cancel()
+	call := wire.MemoryPolicy(s)
+	rep, err := b.Eval(ctx, call.Script, call.Keys, call.Args)
+	if err != nil {
+		return nil // the server does not tell, or cannot be reached now
+	}
+	m, err := wire.DecodeMemory(rep)
+	if err != nil || !m.Evicts() {
+		return nil
+	}
+	return fmt.Errorf("%w: maxmemory %d bytes with maxmemory-policy %s evicts keys with a TTL when memory is full, a held lock among them, and the next waiter then gets it while the holder still works; set maxmemory-policy noeviction (or no maxmemory) on the server, or accept the risk with lock.WithEvictionRisk()", ErrEvictionPolicy, m.MaxMemory, m.Policy)
+}
+
+// recheckMemory reads the policy again (after a reconnect) and records the
+// finding for the acquires to come.
+func (c *Client) recheckMemory(ctx context.Context) {
+	if c.cfg.evictionRisk {
+		return
+	}
+	if err := readMemoryPolicy(ctx, c.b, c.scripts); err != nil {
+		c.memory.evicts.Store(&err)
+		return
+	}
+	c.memory.evicts.Store(nil)
+}
+
+// goRecheckMemory runs recheckMemory beside the caller, counted by the
+// Client's WaitGroup; nothing once the client is closed.
+func (c *Client) goRecheckMemory(ctx context.Context) {
+	if c.cfg.evictionRisk {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.recheckMemory(ctx)
+	}()
+}
+
+// outOfMemory wraps err with ErrOutOfMemory when the server refused a
+// write because its memory is full (an OOM error reply). The server
+// refuses a script's first write that way, before the script has changed
+// anything, so the queue stays as it was.
+func outOfMemory(err error) error {
+	var se *backend.ServerError
+	if errors.As(err, &se) && (strings.HasPrefix(se.Message, "OOM ") || strings.Contains(se.Message, " OOM command not allowed")) {
+		return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	return err
+}
