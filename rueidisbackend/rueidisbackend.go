@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +66,10 @@ func New(client rueidis.Client) *Backend {
 func Dial(opt rueidis.ClientOption) (*Backend, error) {
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
+		if !opt.DisableCache && strings.Contains(strings.ToUpper(err.Error()), "CLIENT") {
+			// The client turns CLIENT TRACKING on for every connection.
+			return nil, fmt.Errorf("%w (a server without CLIENT TRACKING needs ClientOption.DisableCache: true; the lock then notices a hash deleted by hand at its periodic checks)", err)
+		}
 		return nil, err
 	}
 	b := New(client)

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +68,10 @@ func New(client valkey.Client) *Backend {
 func Dial(opt valkey.ClientOption) (*Backend, error) {
 	client, err := valkey.NewClient(opt)
 	if err != nil {
+		if !opt.DisableCache && strings.Contains(strings.ToUpper(err.Error()), "CLIENT") {
+			// The client turns CLIENT TRACKING on for every connection.
+			return nil, fmt.Errorf("%w (a server without CLIENT TRACKING needs ClientOption.DisableCache: true; the lock then notices a hash deleted by hand at its periodic checks)", err)
+		}
 		return nil, err
 	}
 	b := New(client)
