@@ -44,7 +44,7 @@ func TestWaitReadyWaitsWhileLoading(t *testing.T) {
 		}
 	}()
 	p := &process{done: make(chan struct{})} // a process that never exits
-	if err := waitReady(l.Addr().String(), p, 10*time.Second); err != nil {
+	if err := waitReady(link{addr: l.Addr().String()}, p, 10*time.Second); err != nil {
 		t.Fatalf("waitReady: %v", err)
 	}
 	if n := len(pings); n != loadingReplies+1 {

@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,32 +22,64 @@ type respError string
 
 func (e respError) Error() string { return string(e) }
 
-// roundTrip dials addr, sends one command and returns its decoded reply.
-// The whole exchange is bounded by timeout. Error replies are returned as
-// reply values (of type respError), not as err; err reports I/O and protocol
-// failures only.
-func roundTrip(addr string, timeout time.Duration, args ...string) (any, error) {
+// link says how to reach a server: its address, TLS (nil: plain TCP) and
+// the password to AUTH with first ("": none).
+type link struct {
+	addr     string
+	tls      *tls.Config
+	password string
+}
+
+// roundTrip dials the server, sends one command and returns its decoded
+// reply. The whole exchange, TLS handshake and AUTH included, is bounded by
+// timeout. Error replies are returned as reply values (of type respError),
+// not as err; err reports I/O and protocol failures only, and a refused
+// AUTH.
+func roundTrip(l link, timeout time.Duration, args ...string) (any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("empty command")
 	}
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	deadline := time.Now().Add(timeout)
+	raw, err := net.DialTimeout("tcp", l.addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer raw.Close()
 	// A dial to a port nobody listens on can, rarely, connect the socket to
 	// itself (TCP simultaneous open). Drop such connections at once so the
 	// port is released for the server that is about to bind it.
-	if conn.LocalAddr().String() == conn.RemoteAddr().String() {
-		return nil, fmt.Errorf("dial %s: connected to itself", addr)
+	if raw.LocalAddr().String() == raw.RemoteAddr().String() {
+		return nil, fmt.Errorf("dial %s: connected to itself", l.addr)
 	}
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+	if err := raw.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
-	if _, err := conn.Write(encodeCommand(args)); err != nil {
+	conn := raw
+	if l.tls != nil {
+		tc := tls.Client(raw, l.tls)
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("TLS handshake with %s: %w", l.addr, err)
+		}
+		conn = tc
+	}
+	var req []byte
+	if l.password != "" {
+		req = encodeCommand([]string{"AUTH", l.password})
+	}
+	if _, err := conn.Write(append(req, encodeCommand(args)...)); err != nil {
 		return nil, err
 	}
-	return readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	if l.password != "" {
+		reply, err := readReply(r)
+		if err != nil {
+			return nil, err
+		}
+		if reply != "OK" {
+			return nil, fmt.Errorf("AUTH replied %#v", reply)
+		}
+	}
+	return readReply(r)
 }
 
 // encodeCommand encodes args as a RESP array of bulk strings.
