@@ -149,7 +149,13 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	if err != nil {
 		return reply, 0, err
 	}
-	acked, err := res[1].AsInt64()
+	// A server error here (a server without WAIT) is a *backend.ServerError,
+	// which the lock does not retry.
+	waited, err := convert(res[1])
+	if err != nil {
+		return reply, 0, fmt.Errorf("WAIT after the %s script: %w", s.Name, err)
+	}
+	acked, err := waited.AsInt()
 	return reply, int(acked), err
 }
 
