@@ -39,6 +39,7 @@ func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-ch
 		done:    make(chan error, 1),
 		ended:   make(chan struct{}),
 		pong:    make(chan struct{}, 1),
+		refused: make(chan error, 1),
 		pending: make(map[string][]chan struct{}),
 	}
 	c.heard.Store(time.Now().UnixNano())
@@ -75,6 +76,11 @@ type pubSubConn struct {
 
 	heard atomic.Int64  // when something was last read, in Unix ns
 	pong  chan struct{} // a PING was answered
+	// refused carries the server's error reply to the SUBSCRIBE in flight
+	// (the Hub sends one at a time): NOPERM for a channel the user may
+	// not subscribe to. Redis refuses the whole command, so none of its
+	// channels is confirmed.
+	refused chan error
 	done  chan error    // the connection's end, for the Hub
 	ended chan struct{} // closed at the end
 	end   sync.Once     // closes ended and done
@@ -103,6 +109,10 @@ func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 		c.pending[ch] = append(c.pending[ch], confirmed[i])
 	}
 	c.mu.Unlock()
+	select {
+	case <-c.refused: // an earlier command's refusal, not this one's
+	default:
+	}
 	if err := c.ps.Subscribe(ctx, channels...); err != nil {
 		// go-redis re-dials after a failed write (even one cut short by
 		// ctx), silently: this connection is over.
@@ -112,6 +122,9 @@ func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	for _, ch := range confirmed {
 		select {
 		case <-ch:
+		case err := <-c.refused:
+			c.unpend(channels, confirmed)
+			return &backend.ServerError{Message: err.Error()}
 		case <-c.ended:
 			return c.cause
 		case <-ctx.Done():
@@ -177,6 +190,17 @@ func (c *pubSubConn) receive() {
 	defer c.wg.Done()
 	for {
 		msg, err := c.ps.Receive(context.Background())
+		var refusal redis.Error
+		if errors.As(err, &refusal) {
+			// The server refused a command (go-redis keeps the
+			// connection): the SUBSCRIBE in flight, if any, fails.
+			c.heard.Store(time.Now().UnixNano())
+			select {
+			case c.refused <- refusal:
+			default:
+			}
+			continue
+		}
 		if err != nil {
 			// Includes the read a Close interrupts. go-redis has already
 			// re-dialled on a failed read; messages may have been lost.
@@ -197,6 +221,27 @@ func (c *pubSubConn) receive() {
 			case c.pong <- struct{}{}:
 			default:
 			}
+		}
+	}
+}
+
+// unpend takes a refused SUBSCRIBE's confirmations out of pending: none
+// will come for them.
+func (c *pubSubConn) unpend(channels []string, confirmed []chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, ch := range channels {
+		waiting := c.pending[ch]
+		for j, w := range waiting {
+			if w == confirmed[i] {
+				waiting = append(waiting[:j], waiting[j+1:]...)
+				break
+			}
+		}
+		if len(waiting) == 0 {
+			delete(c.pending, ch)
+		} else {
+			c.pending[ch] = waiting
 		}
 	}
 }

@@ -117,6 +117,9 @@ func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	if err := m.c.memory.err(); err != nil {
 		return nil, m.errorf(err)
 	}
+	if err := m.c.listener.err(); err != nil {
+		return nil, m.errorf(err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, m.errorf(err)
 	}

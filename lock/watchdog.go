@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -121,12 +122,13 @@ const reconnectTimeout = 5 * time.Second
 // runs beside the watchdog so that a slow subscription never delays
 // renewals.
 type reconnects struct {
-	c    *Client
-	dog  *watchdog
-	kick chan struct{} // a hold started
-	ctx  context.Context
-	stop context.CancelFunc
-	loop *job
+	c       *Client
+	refused atomic.Pointer[error] // the server refused the channel (NOPERM)
+	dog     *watchdog
+	kick    chan struct{} // a hold started
+	ctx     context.Context
+	stop    context.CancelFunc
+	loop    *job
 }
 
 func startReconnects(c *Client, dog *watchdog) *reconnects {
@@ -184,8 +186,11 @@ func (r *reconnects) run(stop <-chan struct{}) {
 	}
 }
 
-// subscribe subscribes to the client's channel, retrying any error until
-// the listener stops (nil then), and says whether any try failed.
+// subscribe subscribes to the client's channel, retrying any transient
+// error until the listener stops (nil then), and says whether any try
+// failed. The server's refusal (NOPERM: the user may not subscribe to
+// fairlock_client:*) is not retried: the client records it, and its
+// acquires fail with it from then on (refused).
 func (r *reconnects) subscribe(stop <-chan struct{}) (*backend.Subscription, bool) {
 	retry := newRetrier(stop)
 	for failed := false; ; failed = true {
@@ -195,10 +200,23 @@ func (r *reconnects) subscribe(stop <-chan struct{}) (*backend.Subscription, boo
 		if err == nil {
 			return sub, failed
 		}
+		if !transient(err) && r.ctx.Err() == nil {
+			err = fmt.Errorf("lock: the client cannot listen on its channel %s%s, where it hears that its holds were force-unlocked and of reconnects: %w", wire.ClientChannelPrefix, r.c.id, err)
+			r.refused.Store(&err)
+			return nil, false
+		}
 		if retry.pause(r.ctx, err) != nil {
 			return nil, false
 		}
 	}
+}
+
+// err returns the server's refusal of the client's channel, if any.
+func (r *reconnects) err() error {
+	if e := r.refused.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // renewal is one hold's renewal in a batch.

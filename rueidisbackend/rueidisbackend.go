@@ -223,12 +223,22 @@ type pubSubConn struct {
 // its reader reads the confirmation, after running the message hook for
 // every message read before it.
 func (c pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
-	return c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error()
+	return serverError(c.dc.Do(ctx, c.dc.B().Subscribe().Channel(channels...).Build()).Error())
 }
 
 // Unsubscribe implements pubsub.Conn.
 func (c pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
-	return c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error()
+	return serverError(c.dc.Do(ctx, c.dc.B().Unsubscribe().Channel(channels...).Build()).Error())
+}
+
+// serverError makes the server's error reply (NOPERM for a channel the
+// user may not use) a *backend.ServerError, which the lock does not retry;
+// other errors pass unchanged.
+func serverError(err error) error {
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		return &backend.ServerError{Message: rerr.Error()}
+	}
+	return err
 }
 
 // Track implements pubsub.KeyTracker with the tracking (OPTIN) the client

@@ -26,8 +26,9 @@ type Conn interface {
 	// Subscribe sends SUBSCRIBE for the channels, also for a channel this
 	// connection has subscribed already, and returns once the reader has
 	// read the server's confirmation, after passing every message read
-	// before it to the Sink. An error leaves it unknown whether the server
-	// subscribed.
+	// before it to the Sink. The server's refusal (NOPERM) is a
+	// *backend.ServerError, and subscribed nothing; another error leaves
+	// it unknown whether the server subscribed.
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe sends UNSUBSCRIBE for the channels; it need not wait for
 	// the confirmation.
@@ -349,10 +350,12 @@ func (h *Hub) WatchKey(ctx context.Context, key string) (*backend.Subscription, 
 }
 
 // onConn runs do on the connection, dialing one first if needed. When do
-// fails for another reason than ctx or ErrNotSupported, the connection may
-// have died without telling us yet (the server restarted): it is replaced
-// once - the new one subscribes every channel - and do runs again. The
-// caller holds the wire.
+// fails for another reason than ctx, ErrNotSupported or the server's
+// refusal (a *backend.ServerError, such as NOPERM for a channel the user
+// may not subscribe to: the connection is fine), the connection may have
+// died without telling us yet (the server restarted): it is replaced once
+// - the new one subscribes every channel - and do runs again. The caller
+// holds the wire.
 func (h *Hub) onConn(ctx context.Context, do func(Conn) error) error {
 	if h.closed {
 		return backend.ErrClosed
@@ -361,7 +364,8 @@ func (h *Hub) onConn(ctx context.Context, do func(Conn) error) error {
 		return err
 	}
 	err := do(h.conn)
-	if err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrNotSupported) {
+	var refused *backend.ServerError
+	if err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrNotSupported) || errors.As(err, &refused) {
 		return err
 	}
 	h.conn.Close()

@@ -274,40 +274,69 @@ func TestMissingPermission(t *testing.T) {
 			if _, err := holder.Lock(ctx); err != nil {
 				t.Fatalf("Lock as the default user: %v", err)
 			}
-			got := make(chan error, 1)
-			go func() {
-				h, err := m.Lock(ctx)
-				if err == nil {
-					err = m.Unlock(ctx)
-					if h.Err() == nil {
-						err = errors.New("hold not ended by Unlock")
-					}
-				}
-				got <- err
-			}()
-			redistest.Eventually(t, within, "the waiter to queue", func() bool {
-				return srv.Do(t, "LLEN", "redisson_lock_queue:{app:orders}") == int64(1)
-			})
-			redistest.Eventually(t, within, "a refused SUBSCRIBE", func() bool {
-				return atoi(commandStat(t, srv, "subscribe", "rejected_calls")) > 0
-			})
-			rejected := atoi(commandStat(t, srv, "subscribe", "rejected_calls"))
+			// The waiter queues, cannot subscribe to its wake-up channel,
+			// and gives up at once with the server's refusal, leaving the
+			// queue.
 			start := time.Now()
+			_, err := m.Lock(ctx)
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "subscribe") {
+				t.Fatalf("Lock without the wake-up channel: %v, want an error naming NOPERM and subscribe", err)
+			}
+			if took > 5*time.Second {
+				t.Errorf("the refusal took %v to reach the caller", took)
+			}
+			if n := atoi(commandStat(t, srv, "subscribe", "rejected_calls")); n > 3 {
+				t.Errorf("%d SUBSCRIBEs refused: a refusal must not be retried", n)
+			}
+			t.Logf("%s: without the wake-up channel Lock failed after %v: %v", a.name, took.Round(time.Millisecond), err)
 			if err := holder.Unlock(ctx); err != nil {
 				t.Fatalf("Unlock as the default user: %v", err)
 			}
-			if err := <-got; err != nil {
-				t.Fatalf("Lock and Unlock without the wake-up channel: %v", err)
-			}
-			took := time.Since(start)
-			n := atoi(commandStat(t, srv, "subscribe", "rejected_calls")) - rejected
-			t.Logf("%s: without the wake-up channel the waiter got the lock %v after the release; %d SUBSCRIBEs refused meanwhile (%.0f/s)",
-				a.name, took.Round(time.Millisecond), n, float64(n)/took.Seconds())
 			if keys := srv.Do(t, "KEYS", "redisson_lock_queue:*"); len(keys.([]any)) != 0 {
 				t.Fatalf("queue left behind: %v", keys)
 			}
 			if refused := aclLog(t, srv); len(refused) == 0 || !strings.Contains(refused[0], "channel redisson_lock__channel:{app:orders}:") {
 				t.Fatalf("ACL LOG = %v, want the wake-up channel refused", refused)
+			}
+		})
+	}
+}
+
+// TestMissingClientChannel: a user that may not subscribe to
+// fairlock_client:* (where a client hears that its holds were
+// force-unlocked, and of reconnects) holds its first lock - the client
+// subscribes after it - and then gets the refusal, naming NOPERM and the
+// channel, from every acquire: no endless retries.
+func TestMissingClientChannel(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			applyRecipe(t, srv, []string{"&fairlock_client:*"}, "commands", "prefix")
+			opts := []lock.Option{lock.WithKeyPrefix("app:")}
+			m := newMutex(t, newClient(t, a, lockerConn(srv.Addr()), opts...), "orders")
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			if _, err := m.Lock(ctx); err != nil {
+				t.Fatalf("first Lock: %v", err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatalf("first Unlock: %v", err)
+			}
+			var err error
+			redistest.Eventually(t, within, "an acquire refused with the client channel's NOPERM", func() bool {
+				_, err = m.TryLock(ctx, 0)
+				if err == nil {
+					_ = m.Unlock(ctx)
+				}
+				return err != nil
+			})
+			if !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "fairlock_client:") {
+				t.Fatalf("acquire after the refusal: %v, want NOPERM naming the client channel", err)
+			}
+			if n := atoi(commandStat(t, srv, "subscribe", "rejected_calls")); n != 1 {
+				t.Errorf("%d SUBSCRIBEs refused, want 1: a refusal is not retried", n)
 			}
 		})
 	}
