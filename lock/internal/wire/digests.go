@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "b1fca2fb3f02abd9cc77465ecf0ad20af74f1fad",
-	"delete":           "8bafaacd2dd2408dd80326f1ba26ea57e60bb261",
+	"acquire":          "a86e2e4f3ef4cdc0fa6b543bf308d8cb7819d23b",
+	"delete":           "657fb64bbe0d44aafecd5c39b4d1356a335ae295",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "23b2adcb1754d839bab66de912af5fe138164828",
-	"inspect":          "5a6ebb4e305586eb3e0c62b97292075133b9fb9e",
-	"leave":            "edf60a8e7f675883d6868a806b01d874e182a992",
+	"force_unlock":     "2a00b586f05bf8389f6f5bde52eece8cd4c5dc41",
+	"inspect":          "03a9d551707f5372a57c43f6e7264b03df7b1b2c",
+	"leave":            "663ddb0f66b5681de5eee1f5fa32be81a140a0de",
 	"memory_policy":    "98c70b52dd459b5029ce594df89097617e308b0b",
-	"prune":            "80d428c4b0da900fb044de46b8e2668bb59ffffe",
+	"prune":            "5c39e3b88c9750cbf43c79d35ee022e5f652aa03",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "c597c0cb229db2e6cb4f8063f4e446209ac55712",
-	"unlock":           "c227beb5acda469709bf78f888650126b54b1966",
+	"renew":            "e2f3babb40417c46016ca57f87a026d7f76a52d6",
+	"unlock":           "87caa9709da918d9b9c220675d89b3a2534056f1",
 }

@@ -39,6 +39,12 @@
 -- loop over waiters, X11 Redisson-compatible deadlines (dead tails dropped,
 -- room for the Redisson waiters ahead), X12 the lease never shrinks while
 -- held, X14 safe retries, X15 keys expire.
+do
+  local err = refused(ARGV[6], ARGV[5])
+  if err then
+    return err
+  end
+end
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])

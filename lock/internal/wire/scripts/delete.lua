@@ -15,6 +15,12 @@
 -- Rules: B8 delete, B5 purge, X3 the live head is woken: it finds the lock
 -- free and takes it; the other waiters notice at their next heartbeat and
 -- queue again.
+do
+  local err = refused(ARGV[2], ARGV[1], ARGV[3])
+  if err then
+    return err
+  end
+end
 local head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 tell_evicted(KEYS[1], KEYS[5], ARGV[3])
 local removed = redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4])

@@ -13,6 +13,12 @@
 --
 -- Rules: B8 force unlock, B5 purge, X3 the head is woken (a fairlock head
 -- is granted the lock, see prelude.lua).
+do
+  local err = refused(ARGV[2], ARGV[1], ARGV[3])
+  if err then
+    return err
+  end
+end
 local head, live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], '')
 tell_evicted(KEYS[1], KEYS[5], ARGV[3])
 local deleted = redis.call('del', KEYS[1])

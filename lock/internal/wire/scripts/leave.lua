@@ -35,6 +35,12 @@
 -- Rules: B7 giving up leaves the queue, X3 a new head is woken, X5 nothing
 -- is left behind (the dead entry goes with the queue's expiry at the
 -- latest), X8 no scan of the queue.
+do
+  local err = refused(ARGV[3], ARGV[2])
+  if err then
+    return err
+  end
+end
 local me = ARGV[1]
 local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me) == me
 local queued = 0

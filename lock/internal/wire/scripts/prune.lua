@@ -23,6 +23,12 @@
 --
 -- Rules: B5 dead waiters removed, X3 the new head is woken, X11 Redisson
 -- waiters judged by their own deadlines, and told when removed.
+do
+  local err = refused(ARGV[2], ARGV[1])
+  if err then
+    return err
+  end
+end
 local now = server_now()
 local before = redis.call('llen', KEYS[2])
 -- Only dead owners are removed below, so the live head purge returns

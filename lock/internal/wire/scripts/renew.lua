@@ -24,6 +24,12 @@
 --
 -- Rules: B6 watchdog renewal to the full lease, X12 never shortened (but a
 -- grant's provisional expiry gives way to the hold's lease), X13, X15.
+do
+  local err = refused(ARGV[6], ARGV[5])
+  if err then
+    return err
+  end
+end
 local held = redis.call('hget', KEYS[1], ARGV[1])
 if not held or hold_token(KEYS[5]) ~= tonumber(ARGV[3]) then
   return 0

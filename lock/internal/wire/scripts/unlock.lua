@@ -34,6 +34,12 @@
 -- Rules: B2 count down, B4 release at 0 wakes the head, non-holder fails,
 -- B5 purge, B10 a retried request ID returns the first result, X3, X11,
 -- X13.
+do
+  local err = refused(ARGV[4], ARGV[3])
+  if err then
+    return err
+  end
+end
 if ARGV[8] == '1' then
   local done = redis.call('get', KEYS[6])
   if done then
