@@ -81,11 +81,13 @@ func TestPruneWaiters_DropsDeadWaitersBehindLiveOnes(t *testing.T) {
 		st, err := probe.Inspect(ctx, 0)
 		return err == nil && st.QueueLength == 1
 	})
-	// The live Redisson waiter last: a heartbeat of the live waiter (which
-	// drops a dead tail, rightly) must not take a dead one before the prune.
-	queueEntry(t, srv, name, "dead-fairlock:1", -1000, true)
-	queueEntry(t, srv, name, "dead-redisson:1", -1000, false)
-	queueEntry(t, srv, name, "live-redisson:1", 60_000, false)
+	// In one script, the live Redisson waiter last: a heartbeat of the live
+	// waiter (which drops a dead tail, rightly) must not take a dead one
+	// before the prune.
+	queueEntries(t, srv, name,
+		entry{"dead-fairlock:1", -1000, true},
+		entry{"dead-redisson:1", -1000, false},
+		entry{"live-redisson:1", 60_000, false})
 
 	n, err := admin.PruneWaiters(ctx, name)
 	if err != nil || n != 2 {

@@ -112,22 +112,42 @@ func queueKeys(name string) (queue, timeouts, alive string) {
 // that then stopped heartbeating (its process died) leaves behind.
 func queueEntry(t *testing.T, srv *redistest.Server, name, owner string, inMs int64, alive bool) {
 	t.Helper()
+	queueEntries(t, srv, name, entry{owner, inMs, alive})
+}
+
+// entry is one waiter queueEntries appends.
+type entry struct {
+	owner string
+	inMs  int64 // its deadline, from now
+	alive bool  // it has a fairlock liveness entry
+}
+
+// queueEntries appends the waiters to name's queue in one script: no
+// heartbeat of a live waiter runs between them (one drops a dead tail).
+func queueEntries(t *testing.T, srv *redistest.Server, name string, es ...entry) {
+	t.Helper()
 	queue, timeouts, aliveKey := queueKeys(name)
 	const script = `
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local deadline = now + tonumber(ARGV[2])
-redis.call('rpush', KEYS[1], ARGV[1])
-redis.call('zadd', KEYS[2], deadline, ARGV[1])
-if ARGV[3] == '1' then
-  redis.call('zadd', KEYS[3], deadline, ARGV[1])
+for i = 1, #ARGV, 3 do
+  local deadline = now + tonumber(ARGV[i + 1])
+  redis.call('rpush', KEYS[1], ARGV[i])
+  redis.call('zadd', KEYS[2], deadline, ARGV[i])
+  if ARGV[i + 2] == '1' then
+    redis.call('zadd', KEYS[3], deadline, ARGV[i])
+  end
 end
 return 1`
-	a := "0"
-	if alive {
-		a = "1"
+	args := []string{"EVAL", script, "3", queue, timeouts, aliveKey}
+	for _, e := range es {
+		a := "0"
+		if e.alive {
+			a = "1"
+		}
+		args = append(args, e.owner, strconv.FormatInt(e.inMs, 10), a)
 	}
-	mustDo(t, srv, "EVAL", script, "3", queue, timeouts, aliveKey, owner, strconv.FormatInt(inMs, 10), a)
+	mustDo(t, srv, args...)
 }
 
 // mustDo is srv.Do that fails the test on an error reply.
