@@ -81,12 +81,12 @@ type pubSubConn struct {
 	// not subscribe to. Redis refuses the whole command, so none of its
 	// channels is confirmed.
 	refused chan error
-	done  chan error    // the connection's end, for the Hub
-	ended chan struct{} // closed at the end
-	end   sync.Once     // closes ended and done
-	cause error         // why it ended; written before ended is closed
-	close sync.Once     // closes ps
-	mu    sync.Mutex    // guards pending
+	done    chan error    // the connection's end, for the Hub
+	ended   chan struct{} // closed at the end
+	end     sync.Once     // closes ended and done
+	cause   error         // why it ended; written before ended is closed
+	close   sync.Once     // closes ps
+	mu      sync.Mutex    // guards pending
 	// pending holds, per channel, the SUBSCRIBEs awaiting the server's
 	// confirmation, oldest first: the server confirms each channel of each
 	// SUBSCRIBE once, in order.
