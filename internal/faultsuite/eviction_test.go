@@ -9,15 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/backend"
-	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/fairlock/fairlock/valkeybackend"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-	"github.com/valkey-io/valkey-go"
 )
 
 // evictionTrials is how many holds each adapter has force-unlocked, then
@@ -35,20 +28,7 @@ const evictionTrials = 100
 // the trials.
 func TestEvictionNotice(t *testing.T) {
 	srv := redistest.Start(t)
-	adapters := []struct {
-		name string
-		dial func() (backend.Backend, error)
-	}{
-		{"rueidis", func() (backend.Backend, error) {
-			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-		}},
-		{"valkey-go", func() (backend.Backend, error) {
-			return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
-		}},
-		{"go-redis", func() (backend.Backend, error) {
-			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, ContextTimeoutEnabled: true}), nil
-		}},
-	}
+	adapters := dialers(srv.Addr())
 	var figures []string
 	for _, a := range adapters {
 		client := func() *lock.Client {
@@ -166,20 +146,7 @@ func TestEvictedHashNotice(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
 	var figures []string
-	for _, a := range []struct {
-		name string
-		dial func() (backend.Backend, error)
-	}{
-		{"rueidis", func() (backend.Backend, error) {
-			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-		}},
-		{"valkey-go", func() (backend.Backend, error) {
-			return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
-		}},
-		{"go-redis", func() (backend.Backend, error) {
-			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, ContextTimeoutEnabled: true}), nil
-		}},
-	} {
+	for _, a := range dialers(srv.Addr()) {
 		b, err := a.dial()
 		if err != nil {
 			t.Fatal(err)
