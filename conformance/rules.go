@@ -95,7 +95,7 @@ func testB1TwoRoundTrips(t *testing.T, s *suite) {
 	mustLock(t, m)
 	mustUnlock(t, m)
 	// Beside the calls: the client's subscription to its own channel, and,
-	// when the hold outlasts its first 5 ms (a loaded machine), a watch on
+	// when the hold outlasts its first 50 ms (a loaded machine), a watch on
 	// the lock hash - armed again at most once, when the unlock's own
 	// write reaches the watch before the hold has ended.
 	if n := p.b.total() - p.b.count(clientSubscribe) - p.b.count("WATCHKEY"); n != 2 {

@@ -14,6 +14,10 @@ import (
 	"github.com/fairlock/fairlock/redistest"
 )
 
+// holdAge is how long a hold lasts before someone else ends it by hand
+// (DEL, eviction): past the 50 ms after which its client watches its hash.
+const holdAge = 80 * time.Millisecond
+
 // evictionTrials is how many holds each adapter has force-unlocked, then
 // deleted, by another client, and then had their hash deleted by hand.
 const evictionTrials = 100
@@ -54,7 +58,7 @@ func TestEvictionNotice(t *testing.T) {
 			figures = append(figures, fmt.Sprintf("%s %s p50 %v p99 %v", a.name, how, d[len(d)/2], d[len(d)*99/100]))
 		}
 	}
-	report(t, 14, fmt.Sprintf("another client force-unlocks (ForceUnlock), then deletes (Delete) a held lock, then a plain DEL of the lock hash from redis-cli's connection (DEL; the hold 10 ms old), %d times each per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictionTrials),
+	report(t, 14, fmt.Sprintf("another client force-unlocks (ForceUnlock), then deletes (Delete) a held lock, then a plain DEL of the lock hash from redis-cli's connection (DEL; the hold 80 ms old), %d times each per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictionTrials),
 		"the old holder's Done closes within about one network delay of the call returning (DEL: two, a check of the hold follows the invalidation), every time; target p99 at most 10 ms (before: at its next renewal, up to 10 s)",
 		"to Done closing: "+strings.Join(figures, "; "))
 }
@@ -86,9 +90,9 @@ func evictionDelays(t *testing.T, srv *redistest.Server, holder, admin *lock.Cli
 			_, err = am.Delete(ctx)
 		default:
 			// A hold of some age, as in use: the client watches a held
-			// hash from a millisecond on (a younger one is checked when
-			// the watch is armed).
-			time.Sleep(10 * time.Millisecond)
+			// hash from 50 ms on (a younger one is checked when the watch
+			// is armed, 50 ms into the hold).
+			time.Sleep(holdAge)
 			if n, _ := srv.Do(t, "DEL", name).(int64); n != 1 {
 				err = fmt.Errorf("DEL deleted %d keys, want the lock hash", n)
 			}
@@ -213,7 +217,7 @@ func TestEvictedHashNotice(t *testing.T) {
 				st, err := holder.Inspect(ctx, 1)
 				return err == nil && st.QueueLength == 1
 			})
-			time.Sleep(10 * time.Millisecond) // a hold of some age, as in TestEvictionNotice
+			time.Sleep(holdAge) // a hold of some age, as in TestEvictionNotice
 			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
 			srv.Do(t, "SET", "fault:evict", "x") // evicts every volatile key, then fails with OOM
 			evicted := time.Now()
