@@ -152,7 +152,18 @@ func Dial(opt *redis.UniversalOptions) *Backend {
 // Eval implements backend.Backend: EVALSHA, and EVAL when the server
 // answers NOSCRIPT. Neither is retried by go-redis.
 func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	return convert(run(ctx, b.client, s, keys, args))
+	rep, err := convert(run(ctx, b.client, s, keys, args))
+	return rep, scriptError(s, err)
+}
+
+// scriptError names the script in the server's refusal of it: a NOPERM
+// for a key the user may not touch names no command.
+func scriptError(s *backend.Script, err error) error {
+	var se *backend.ServerError
+	if errors.As(err, &se) {
+		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
+	}
+	return err
 }
 
 // run sends s through p as EVALSHA, and as EVAL when the server answers
@@ -200,6 +211,7 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 			_ = b.client.Process(ctx, once{cmd})
 		}
 		out[i].Reply, out[i].Err = convert(cmd)
+		out[i].Err = scriptError(calls[i].Script, out[i].Err)
 	}
 	return out
 }
@@ -256,7 +268,7 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	reply, err := convert(script)
 	if err != nil {
-		return reply, 0, err
+		return reply, 0, scriptError(s, err)
 	}
 	acked, err := wait.Result()
 	if err != nil {

@@ -86,7 +86,18 @@ func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []stri
 	if isNoScript(res) {
 		res = b.client.Do(ctx, b.evalSource(s, keys, args))
 	}
-	return convert(res)
+	rep, err := convert(res)
+	return rep, scriptError(s, err)
+}
+
+// scriptError names the script in the server's refusal of it: a NOPERM
+// for a key the user may not touch names no command.
+func scriptError(s *backend.Script, err error) error {
+	var se *backend.ServerError
+	if errors.As(err, &se) {
+		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
+	}
+	return err
 }
 
 // evalCmd is EVALSHA for s, or EVAL when s has no digest.
@@ -122,9 +133,11 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 		if isNoScript(res) {
 			c := calls[i]
 			out[i].Reply, out[i].Err = convert(b.client.Do(ctx, b.evalSource(c.Script, c.Keys, c.Args)))
+			out[i].Err = scriptError(c.Script, out[i].Err)
 			continue
 		}
 		out[i].Reply, out[i].Err = convert(res)
+		out[i].Err = scriptError(calls[i].Script, out[i].Err)
 	}
 	return out
 }
@@ -145,7 +158,7 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	reply, err := convert(res[0])
 	if err != nil {
-		return reply, 0, err
+		return reply, 0, scriptError(s, err)
 	}
 	// A server error here (a server without WAIT) is a *backend.ServerError,
 	// which the lock does not retry.

@@ -205,7 +205,7 @@ func TestMissingPermission(t *testing.T) {
 		refused string   // the command refused once per call
 	}{
 		{"scripts", []string{"+evalsha", "+eval"}, []string{"NOPERM", "evalsha"}, "evalsha"},
-		{"key pattern", []string{"~redisson_lock_queue:{app:*"}, []string{"NOPERM", "keys"}, "evalsha"},
+		{"key pattern", []string{"~redisson_lock_queue:{app:*"}, []string{"NOPERM", "keys", "script acquire (EVALSHA)"}, "evalsha"},
 	}
 	for _, c := range cases {
 		for _, a := range adapters {
