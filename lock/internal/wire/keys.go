@@ -58,9 +58,17 @@ func Derive(name string) (Keys, bool) {
 		Channel:  prefixName(channelPrefix, name),
 		Latch:    prefixName(latchPrefix, name),
 	}
-	// The derived names all share the queue's hash tag by construction
-	// (fixed prefixes without braces), so comparing two slots is enough.
-	return k, Slot(k.Hash) == Slot(k.Queue)
+	// Every key must hash to the lock hash's slot. Comparing one derived
+	// key is not enough: with an empty tag ("{}" when the name starts
+	// with "}") each derived key hashes whole, and one may match by chance
+	// (found by FuzzLockName).
+	slot := Slot(k.Hash)
+	for _, key := range []string{k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":x", k.Channel + ":x"} {
+		if Slot(key) != slot {
+			return k, false
+		}
+	}
+	return k, true
 }
 
 // Script returns the five keys every lock script takes, in this order:

@@ -50,3 +50,15 @@ func TestDeriveRedissonNames(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveRejectsEmptyTag: a name that starts with "}" makes the derived
+// keys' tag "{}", empty, so each of them hashes whole and they land in
+// different slots; Derive refuses it, even when two of them happen to
+// share a slot (FuzzLockName found such a name).
+func TestDeriveRejectsEmptyTag(t *testing.T) {
+	for _, name := range []string{"}", "}orders", "}\xbd\xbd\x94\xf6\x1c\xf6\x1c\x01\aQ]\x01\aQ]"} {
+		if _, ok := Derive(name); ok {
+			t.Errorf("Derive(%q) accepted a name whose keys span slots", name)
+		}
+	}
+}
