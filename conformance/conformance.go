@@ -27,6 +27,7 @@ package conformance
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,7 @@ type config struct {
 	server  Server
 	replica Server
 	scale   int
+	cases   []string // name prefixes of the cases to run; nil: all
 }
 
 // WithServer gives the suite control of the server, enabling the fault
@@ -77,6 +79,25 @@ func WithReplica(r Server) Option { return func(c *config) { c.replica = r } }
 // WithScale multiplies the sizes of the load cases (default 1: 500 owners
 // in the many-owners case); values below 1 are taken as 1.
 func WithScale(n int) Option { return func(c *config) { c.scale = max(n, 1) } }
+
+// WithCases runs only the cases whose names start with one of prefixes,
+// such as "B1_" or "X16_" (default: every case), for a subset that checks
+// one concern - a transport, a server setting - without the whole suite's
+// minutes. go test's -run selects the same from outside.
+func WithCases(prefixes ...string) Option { return func(c *config) { c.cases = prefixes } }
+
+// selected reports whether the case called name runs.
+func (c *config) selected(name string) bool {
+	if c.cases == nil {
+		return true
+	}
+	for _, p := range c.cases {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // testCase is one subtest that runs in parallel with the others.
 type testCase struct {
@@ -106,6 +127,9 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	s := &suite{newBackend: newBackend, cfg: cfg}
 	t.Run("rules", func(t *testing.T) {
 		for _, tc := range slices.Concat(ruleCases(), lifecycleCases(), mixedKeyCases(), handOverCases(), parityCases(), historyCases(), defectCases()) {
+			if !cfg.selected(tc.name) {
+				continue
+			}
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				tc.run(t, s)
@@ -115,6 +139,9 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	// One at a time: these watch or disturb the whole server or process.
 	t.Run("sequential", func(t *testing.T) {
 		for _, tc := range sequentialCases() {
+			if !cfg.selected(tc.name) {
+				continue
+			}
 			t.Run(tc.name, func(t *testing.T) {
 				if tc.needsServer && cfg.server == nil {
 					t.Skip("conformance: no Server given (WithServer); this case needs one")

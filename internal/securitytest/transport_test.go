@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/conformance"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
 )
@@ -49,5 +51,39 @@ func TestTLSOnly(t *testing.T) {
 				t.Fatal("a client without TLS connected to a TLS-only server")
 			}
 		})
+	}
+}
+
+// conformanceSubset is the part of the conformance suite run over TLS and
+// with a password: every B-rule (acquire, reentrancy, release, hand-over,
+// watchdog, the Redisson wire format) and the loss notices (X16), which
+// use every script and the subscription connection.
+var conformanceSubset = []string{"B", "X16_"}
+
+// TestConformanceSubset runs conformanceSubset on every adapter against a
+// TLS-only server and against a server with a password.
+func TestConformanceSubset(t *testing.T) {
+	for _, a := range adapters {
+		t.Run("TLS/"+a.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithTLS())
+			c := conn{addr: srv.Addr(), tls: srv.TLSConfig()}
+			conformance.Run(t, factory(a, c), conformance.WithCases(conformanceSubset...))
+		})
+		t.Run("password/"+a.name, func(t *testing.T) {
+			const password = "lock-secret"
+			srv := redistest.Start(t, redistest.WithPassword(password))
+			conformance.Run(t, factory(a, conn{addr: srv.Addr(), password: password}), conformance.WithCases(conformanceSubset...))
+		})
+	}
+}
+
+// factory is a conformance.Factory of adapter a on connection c.
+func factory(a adapter, c conn) conformance.Factory {
+	return func(tb testing.TB) backend.Backend {
+		b, err := a.open(tb, c)
+		if err != nil {
+			tb.Fatalf("%s: connect to %s: %v", a.name, c.addr, err)
+		}
+		return b
 	}
 }
