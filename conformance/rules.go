@@ -395,10 +395,15 @@ func testB6Watchdog(t *testing.T, s *suite) {
 		t.Errorf("%d renewals in five leases, want several", p.b.count("renew"))
 	}
 	mustUnlock(t, m)
+	// A renewal or check already under way at the unlock may reach the
+	// backend just after it (the holder's own renewal changes the hash,
+	// which its loss watch then checks, X16); none may start later. A
+	// watchdog that kept renewing would renew in every third of a lease.
+	<-time.After(lease / 2)
 	renewals := p.b.count("renew")
 	<-time.After(lease) // a full watchdog period with nothing held
 	if n := p.b.count("renew"); n != renewals {
-		t.Errorf("watchdog renewed %d times after unlock", n-renewals)
+		t.Errorf("watchdog renewed %d times after unlock (more than half a lease after it)", n-renewals)
 	}
 }
 
