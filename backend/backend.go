@@ -1,7 +1,7 @@
 // Package backend is the small contract between the fair lock and a Redis
 // client library. An adapter (rueidisbackend, valkeybackend, goredisbackend,
-// or your own) implements Backend, and optionally KeyWatcher and
-// ReplicaWaiter; package lock depends on nothing else.
+// or your own) implements Backend, and optionally KeyWatcher,
+// ShardedSubscriber and ReplicaWaiter; package lock depends on nothing else.
 //
 // A backend runs Lua scripts by SHA-1 (EVALSHA), loading a script when the
 // server answers NOSCRIPT so that a server restart or SCRIPT FLUSH never
@@ -125,13 +125,33 @@ type KeyWatcher interface {
 	WatchKey(ctx context.Context, key string) (*Subscription, error)
 }
 
+// ShardedSubscriber is an optional Backend capability of cluster clients:
+// sharded pub/sub (SSUBSCRIBE; Redis 7.0+, Valkey 7.2+), where a message
+// published with SPUBLISH stays inside the shard that owns its channel's
+// slot instead of crossing the cluster bus to every node. On a backend
+// that reports Sharded, package lock wakes waiters with SPUBLISH and
+// listens with SSubscribe by default (lock.WithPublish).
+type ShardedSubscriber interface {
+	// Sharded reports whether the client talks to a cluster. It sends
+	// nothing to the server.
+	Sharded() bool
+	// SSubscribe is Subscribe with SSUBSCRIBE, on a connection to the node
+	// that owns channel's slot, with Subscribe's ordering promise. When
+	// the slot moves (the server's own SUNSUBSCRIBE after a resharding or
+	// a failover) or the node's connection drops, the Subscription gets a
+	// Reconnect event, follows the slot to its new owner, and gets another
+	// Reconnect event once it listens there again.
+	SSubscribe(ctx context.Context, channel string) (*Subscription, error)
+}
+
 // ReplicaWaiter is an optional Backend capability for replica safety (RULES.md
 // X9): a script and a WAIT sent together on one connection, so the WAIT
 // counts the replicas that acknowledged that script's writes.
 type ReplicaWaiter interface {
 	// EvalWait runs the script as Eval does, then WAIT replicas timeout on
-	// the same connection, and returns the script's reply and the number of
-	// replicas that acknowledged. It returns ErrNotSupported where one
-	// connection cannot carry both (cluster clients).
+	// the same connection (on a cluster, the connection to the primary that
+	// owns the keys' slot), and returns the script's reply and the number
+	// of replicas that acknowledged. It returns ErrNotSupported where one
+	// connection cannot carry both.
 	EvalWait(ctx context.Context, s *Script, keys, args []string, replicas int, timeout time.Duration) (Reply, int, error)
 }

@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"github.com/fairlock/fairlock/backend"
+
 	"errors"
 	"strings"
 	"testing"
@@ -34,10 +36,10 @@ func FuzzLockName(f *testing.F) {
 			return
 		}
 		k := m.keys
-		s := wire.Slot(k.Hash)
+		s := backend.Slot(k.Hash)
 		for _, key := range []string{k.Queue, k.Timeouts, k.Alive, k.Token, k.OwnerChannel("c:1"), k.Latch + ":ab", m.channel} {
-			if wire.Slot(key) != s {
-				t.Fatalf("name %q: key %q in slot %d, lock hash in %d", prefix+name, key, wire.Slot(key), s)
+			if backend.Slot(key) != s {
+				t.Fatalf("name %q: key %q in slot %d, lock hash in %d", prefix+name, key, backend.Slot(key), s)
 			}
 		}
 		if k.Hash != prefix+name || !strings.HasPrefix(k.Queue, "redisson_lock_queue:") {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -19,6 +22,11 @@ type Sink interface {
 	// Invalidate passes on an invalidation of keys (nil: every key, as
 	// after a reconnect).
 	Invalidate(keys []string)
+	// Unsubscribed passes on the server's own UNSUBSCRIBE (or SUNSUBSCRIBE)
+	// of channel: on a cluster, the channel's slot moved to another node.
+	// A confirmation of the adapter's own Unsubscribe may be passed on too;
+	// it costs the channel's Subscriptions a re-check.
+	Unsubscribed(channel string)
 }
 
 // Conn is one subscription connection opened by an adapter.
@@ -58,6 +66,12 @@ type Dialer func(ctx context.Context, sink Sink) (Conn, <-chan error, error)
 // Backend; it is safe for concurrent use.
 type Hub struct {
 	dial Dialer
+	// bySlot sends one SUBSCRIBE per cluster slot (SSUBSCRIBE takes the
+	// channels of one slot); lost, when set (ShardedHub's node hubs),
+	// takes a channel's Subscriptions when the server unsubscribes it or
+	// the connection ends, and the hub then never re-dials.
+	bySlot bool
+	lost   func(channel string, subs map[*backend.Subscription]func(backend.Event))
 
 	// wire is a one-slot semaphore that serialises dialing and
 	// SUBSCRIBE/UNSUBSCRIBE, so they reach the server in order; a channel
@@ -66,6 +80,9 @@ type Hub struct {
 	wire   chan struct{}
 	conn   Conn
 	closed bool
+	// handedOff: a hub with lost had its connection end, and its channels
+	// went to lost; set while holding the wire.
+	handedOff atomic.Bool
 
 	mu       sync.Mutex    // guards the fields below; never held while talking to the server
 	subs     listeners     // by channel: Subscriptions armed by a confirmed SUBSCRIBE
@@ -122,6 +139,10 @@ const subscribeTimeout = 10 * time.Second
 type subRequest struct {
 	channel string
 	done    chan subResult // buffered: the flush's answer
+	// s and deliver, when set, are an existing Subscription to arm
+	// (ShardedHub's); otherwise a new one is made.
+	s       *backend.Subscription
+	deliver func(backend.Event)
 	// guarded by Hub.mu
 	batch     *subBatch // set once its SUBSCRIBE is on its way
 	abandoned bool      // the caller's context ended first
@@ -147,10 +168,21 @@ type subBatch struct {
 // SUBSCRIBE in flight has given up, the SUBSCRIBE is taken back before
 // they return, and otherwise as soon as it is confirmed.
 func (h *Hub) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return h.subscribe(ctx, &subRequest{channel: channel, done: make(chan subResult, 1)})
+}
+
+// attach arms s, delivered to by deliver, on this hub's connection, as
+// Subscribe arms a new Subscription; h.unsubscribe(s) takes it back.
+func (h *Hub) attach(ctx context.Context, s *backend.Subscription, deliver func(backend.Event)) error {
+	_, err := h.subscribe(ctx, &subRequest{channel: s.Channel(), done: make(chan subResult, 1), s: s, deliver: deliver})
+	return err
+}
+
+func (h *Hub) subscribe(ctx context.Context, r *subRequest) (*backend.Subscription, error) {
+	channel := r.channel
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
 	}
-	r := &subRequest{channel: channel, done: make(chan subResult, 1)}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
@@ -249,18 +281,28 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	}
 	h.lockWireNoCtx()
 	defer h.unlockWire()
-	err := backend.ErrClosed
-	if !h.closed {
-		err = h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, chans...) })
+	failed := map[string]error{}
+	if h.closed || h.handedOff.Load() {
+		for _, ch := range chans {
+			failed[ch] = backend.ErrClosed
+		}
+	} else {
+		failed = h.subscribeGroups(ctx, chans, func(group []string) error {
+			return h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, group...) })
+		})
 	}
 	var later []*subRequest
 	h.mu.Lock()
 	for _, r := range batch {
+		err := failed[r.channel]
 		switch {
 		case r.abandoned:
 			later = append(later, r)
 		case err != nil:
 			r.done <- subResult{err: fmt.Errorf("pubsub: subscribe %q: %w", r.channel, err)}
+		case r.s != nil:
+			h.addLocked(h.subs, r.s, r.deliver)
+			r.done <- subResult{s: r.s}
 		default:
 			var s *backend.Subscription
 			s, deliver := backend.NewSubscription(r.channel, func() { h.unsubscribe(s) })
@@ -268,6 +310,7 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 			r.done <- subResult{s: s}
 		}
 	}
+	err := errors.Join(slices.Collect(maps.Values(failed))...)
 	var unheard []string
 	for _, ch := range chans {
 		if len(h.subs[ch]) == 0 {
@@ -281,6 +324,43 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	for _, r := range later {
 		r.done <- subResult{err: context.Canceled}
 	}
+}
+
+// subscribeGroups runs subscribe for chans - once, or once per cluster
+// slot on a hub that subscribes by slot - and returns the error of each
+// channel whose group failed.
+func (h *Hub) subscribeGroups(ctx context.Context, chans []string, subscribe func([]string) error) map[string]error {
+	groups := [][]string{chans}
+	if h.bySlot {
+		groups = groupBySlot(chans)
+	}
+	failed := map[string]error{}
+	for _, g := range groups {
+		if err := subscribe(g); err != nil {
+			for _, ch := range g {
+				failed[ch] = err
+			}
+		}
+	}
+	return failed
+}
+
+// groupBySlot splits chans by cluster slot, in the order of their first
+// channel.
+func groupBySlot(chans []string) [][]string {
+	at := map[uint16]int{}
+	var groups [][]string
+	for _, ch := range chans {
+		slot := backend.Slot(ch)
+		i, ok := at[slot]
+		if !ok {
+			i = len(groups)
+			at[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], ch)
+	}
+	return groups
 }
 
 // listened reports whether a Subscription listens to channel.
@@ -357,7 +437,7 @@ func (h *Hub) WatchKey(ctx context.Context, key string) (*backend.Subscription, 
 // - the new one subscribes every channel - and do runs again. The caller
 // holds the wire.
 func (h *Hub) onConn(ctx context.Context, do func(Conn) error) error {
-	if h.closed {
+	if h.closed || h.handedOff.Load() {
 		return backend.ErrClosed
 	}
 	if err := h.connectLocked(ctx); err != nil {
@@ -438,6 +518,64 @@ func (h *Hub) Invalidate(keys []string) {
 	}
 }
 
+// Unsubscribed implements Sink. A hub with a lost function hands the
+// channel's Subscriptions to it after telling them to re-check; another
+// tells them and subscribes the channel again.
+func (h *Hub) Unsubscribed(channel string) {
+	h.mu.Lock()
+	set := h.subs[channel]
+	if h.lost != nil {
+		delete(h.subs, channel)
+	}
+	for _, deliver := range set {
+		deliver(backend.Event{Reconnect: true})
+	}
+	h.mu.Unlock()
+	if len(set) == 0 {
+		return
+	}
+	if h.lost != nil {
+		h.lost(channel, set)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		defer cancel()
+		h.lockWireNoCtx()
+		defer h.unlockWire()
+		if !h.closed && h.listened(channel) {
+			_ = h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, channel) })
+		}
+	}()
+}
+
+// handOffAll hands every channel's Subscriptions to lost, once the
+// connection of a hub that does not re-dial has ended, and closes the
+// hub to new Subscriptions.
+func (h *Hub) handOffAll() {
+	h.lockWireNoCtx()
+	h.handedOff.Store(true)
+	h.unlockWire()
+	h.mu.Lock()
+	h.ended = true
+	subs := h.subs
+	h.subs = make(listeners)
+	h.mu.Unlock()
+	for ch, set := range subs {
+		h.lost(ch, set)
+	}
+}
+
+// isHandedOff reports whether the hub handed its channels off for good.
+func (h *Hub) isHandedOff() bool { return h.handedOff.Load() }
+
 func (h *Hub) broadcastReconnect() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -471,7 +609,8 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 		return fmt.Errorf("pubsub: open subscription connection: %w", err)
 	}
 	if chans := h.channels(); len(chans) > 0 {
-		if err := conn.Subscribe(ctx, chans...); err != nil {
+		failed := h.subscribeGroups(ctx, chans, func(group []string) error { return conn.Subscribe(ctx, group...) })
+		if err := errors.Join(slices.Collect(maps.Values(failed))...); err != nil {
 			conn.Close()
 			return fmt.Errorf("pubsub: re-subscribe: %w", err)
 		}
@@ -504,6 +643,10 @@ func (h *Hub) watch(conn Conn, done <-chan error) {
 	h.unlockWire()
 	conn.Close()
 	h.broadcastReconnect()
+	if h.lost != nil {
+		h.handOffAll()
+		return
+	}
 	delay := minRedial
 	for {
 		h.lockWireNoCtx()

@@ -57,7 +57,7 @@ func TestCallsMatchScripts(t *testing.T) {
 			t.Errorf("%s: %d KEYS sent, script reads KEYS[%d]", c.Script.Name, got, want)
 		}
 		for _, key := range c.Keys[min(1, len(c.Keys)):] {
-			if c.Script.Name != "describe" && c.Script.Name != "read_description" && Slot(key) != Slot(c.Keys[0]) {
+			if c.Script.Name != "describe" && c.Script.Name != "read_description" && backend.Slot(key) != backend.Slot(c.Keys[0]) {
 				t.Errorf("%s: key %q is not in the lock's slot", c.Script.Name, key)
 			}
 		}

@@ -1,6 +1,10 @@
 package wire
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/fairlock/fairlock/backend"
+)
 
 // Redisson's key and channel prefixes (wire compatibility; the keyspace
 // table in RULES.md), and fairlock's own.
@@ -62,9 +66,9 @@ func Derive(name string) (Keys, bool) {
 	// key is not enough: with an empty tag ("{}" when the name starts
 	// with "}") each derived key hashes whole, and one may match by chance
 	// (found by FuzzLockName).
-	slot := Slot(k.Hash)
+	slot := backend.Slot(k.Hash)
 	for _, key := range []string{k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":x", k.Channel + ":x"} {
-		if Slot(key) != slot {
+		if backend.Slot(key) != slot {
 			return k, false
 		}
 	}
@@ -79,30 +83,3 @@ func (k Keys) Script() []string {
 
 // OwnerChannel is owner's wake-up channel.
 func (k Keys) OwnerChannel(owner string) string { return k.Channel + ":" + owner }
-
-// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the hash
-// tag - the part between the first "{" and the next "}" when non-empty -
-// or of the whole key, modulo 16384.
-func Slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) & 16383
-}
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
