@@ -380,11 +380,12 @@ func (m *SlotMigration) MoveKeys(t testing.TB, count int) int {
 	return len(keys)
 }
 
-// Finish moves the keys left on the source, in batches of 100, then
+// Assign moves the keys left on the source, in batches of 100, then
 // assigns the slot to the target with CLUSTER SETSLOT slot NODE - on the
-// target, then the source, then every other running primary - and waits
-// (at most 45 s) until every running node agrees.
-func (m *SlotMigration) Finish(t testing.TB) {
+// target, then the source, then every other running primary. From then on
+// the target serves the slot and the source answers MOVED; the other nodes
+// (replicas) learn it by gossip: WaitSettled waits for that.
+func (m *SlotMigration) Assign(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(clusterTimeout)
 	s, id := strconv.Itoa(m.slot), m.c.ids[m.to]
@@ -400,18 +401,27 @@ func (m *SlotMigration) Finish(t testing.TB) {
 			p.mustDo(t, "CLUSTER", "SETSLOT", s, "NODE", id)
 		}
 	}
-	var status string
-	if !poll(clusterTimeout, func() bool {
-		status = m.c.settled()
-		if status == "" {
-			if owner := m.c.primaryForSlot(m.c.view(), m.slot); owner != m.to {
-				status = fmt.Sprintf("slot %d still served by another node", m.slot)
-			}
-		}
-		return status == ""
-	}) {
-		t.Fatalf("redistest: slot %d not settled on %s after %v: %s%s", m.slot, m.to.Addr(), clusterTimeout, status, m.c.logTails())
+}
+
+// Finish is Assign followed by WaitSettled; the test fails if the slot is
+// then served by another node than the target.
+func (m *SlotMigration) Finish(t testing.TB) {
+	t.Helper()
+	m.Assign(t)
+	m.c.WaitSettled(t)
+	if owner := m.c.PrimaryForSlot(t, m.slot); owner != m.to {
+		t.Fatalf("redistest: slot %d served by %s after its migration to %s", m.slot, owner.Addr(), m.to.Addr())
 	}
+}
+
+// WaitSettled waits (at most 45 s) until the running nodes agree: each
+// reports cluster_state:ok with every slot served and knows every node;
+// each running replica has its link to its primary up; and each sees
+// every running node in the role, primary and slots that node claims, none
+// flagged as failing. The test fails if they do not in time.
+func (c *Cluster) WaitSettled(t testing.TB) {
+	t.Helper()
+	c.waitReady(t, clusterTimeout)
 }
 
 // MigrateSlot moves slot to the primary to in one go: BeginMigration,
