@@ -269,3 +269,46 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 // errNotSupported reports whether err says the backend cannot do it.
 func errNotSupported(err error) bool { return errors.Is(err, backend.ErrNotSupported) }
+
+// errorStats sums the error replies the nodes gave, by code (INFO
+// errorstats: MOVED, ASK, TRYAGAIN, CLUSTERDOWN, ...).
+func errorStats(t *testing.T, nodes []*redistest.Server) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, n := range nodes {
+		info, _ := n.Do(t, "INFO", "errorstats").(string)
+		for line := range strings.SplitSeq(info, "\n") {
+			code, rest, ok := strings.Cut(strings.TrimSpace(line), ":count=")
+			if !ok {
+				continue
+			}
+			var c int64
+			fmt.Sscan(rest, &c)
+			out[strings.TrimPrefix(code, "errorstat_")] += c
+		}
+	}
+	return out
+}
+
+// redirectionsSince returns how many cluster errors of each kind the
+// nodes answered since before was taken.
+func redirectionsSince(t *testing.T, nodes []*redistest.Server, before map[string]int64) map[string]int64 {
+	t.Helper()
+	after := errorStats(t, nodes)
+	out := map[string]int64{}
+	for _, code := range redirectionCodes {
+		out[code] = after[code] - before[code]
+	}
+	return out
+}
+
+var redirectionCodes = []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
+
+// formatRedirections formats counts by redirection code.
+func formatRedirections(m map[string]int64) string {
+	var out []string
+	for _, code := range redirectionCodes {
+		out = append(out, fmt.Sprintf("%s %d", code, m[code]))
+	}
+	return strings.Join(out, ", ")
+}

@@ -156,6 +156,7 @@ type roundFigures struct {
 	stuck, lost                int
 	overtakesBefore, overtakes int // before the kill; from the kill on
 	errs                       *errorTally
+	served                     map[string]int64 // cluster errors the other nodes answered
 }
 
 // failoverFigures sums the rounds of one adapter and mode.
@@ -166,6 +167,7 @@ type failoverFigures struct {
 	worstDouble                                      time.Duration
 	failover, rejoin, pause, resume                  []time.Duration
 	errs                                             []*errorTally
+	served                                           map[string]int64
 }
 
 func (f *failoverFigures) add(r roundFigures) {
@@ -185,6 +187,12 @@ func (f *failoverFigures) add(r roundFigures) {
 	f.pause = append(f.pause, r.pause)
 	f.resume = append(f.resume, r.resume)
 	f.errs = append(f.errs, r.errs)
+	if f.served == nil {
+		f.served = map[string]int64{}
+	}
+	for code, n := range r.served {
+		f.served[code] += n
+	}
 }
 
 // check fails the test for what must hold.
@@ -217,10 +225,10 @@ func (f *failoverFigures) String() string {
 		}
 		e.mu.Unlock()
 	}
-	return fmt.Sprintf("%d failovers: kill to cluster settled p50 %s max %s, rejoin p50 %s; no hold began for p50 %s max %s (the next hold came p50 %s max %s after the cluster settled); %d holds; double holders %d by client beliefs (longest %s), %d of %d server samples; token regressions %d; holds lost %d; stuck %d; FIFO overtakes %d before the kill, %d after; errors to callers: %s",
+	return fmt.Sprintf("%d failovers: kill to cluster settled p50 %s max %s, rejoin p50 %s; no hold began for p50 %s max %s (the next hold came p50 %s max %s after the cluster settled); %d holds; double holders %d by client beliefs (longest %s), %d of %d server samples; token regressions %d; holds lost %d; stuck %d; FIFO overtakes %d before the kill, %d after; the other nodes answered %s; errors to callers: %s",
 		f.rounds, msf(percentile(f.failover, 50)), msf(percentile(f.failover, 100)), msf(percentile(f.rejoin, 50)),
 		msf(percentile(f.pause, 50)), msf(percentile(f.pause, 100)), msf(percentile(f.resume, 50)), msf(percentile(f.resume, 100)), f.acquired, f.doubles, msf(f.worstDouble),
-		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, all)
+		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, formatRedirections(f.served), all)
 }
 
 func addCount(m map[string]int, s string) map[string]int {
@@ -349,6 +357,13 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 		t.Fatalf("only %d holds within 10 s before the kill", log.count())
 	}
 
+	var others []*redistest.Server
+	for _, n := range c.Nodes() {
+		if n != primary {
+			others = append(others, n)
+		}
+	}
+	stats := errorStats(t, others)
 	killed := time.Now()
 	log.kill(killed)
 	c.WaitFailover(t, primary)
@@ -358,8 +373,9 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 	waitFor(foBound, func() bool { return len(log.heldSince(rejoined, foAfter)) == foWorkers })
 	stuck := foWorkers - len(log.heldSince(rejoined, 1))
 	halt()
+	served := redirectionsSince(t, others, stats)
 
-	r := roundFigures{failover: settled.Sub(killed), rejoin: rejoined.Sub(settled), stuck: stuck, errs: errs,
+	r := roundFigures{served: served, failover: settled.Sub(killed), rejoin: rejoined.Sub(settled), stuck: stuck, errs: errs,
 		serverDoubles: sampler.doubles, samples: sampler.samples}
 	log.mu.Lock()
 	defer log.mu.Unlock()
@@ -368,9 +384,9 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 	r.doubles, r.worstDouble = doubleBeliefs(log.beliefs)
 	r.regressions = tokenRegressions(log.beliefs)
 	r.pause, r.resume = pauseAcross(log.beliefs, killed, settled)
-	t.Logf("round on %s (%s, acks %t): failover %s, rejoin %s, no hold began for %s, the next %s after the cluster settled; %d holds, %d double by beliefs (longest %s), %d server doubles of %d samples, %d token regressions, %d lost, %d stuck, overtakes %d/%d; errors: %s",
+	t.Logf("round on %s (%s, acks %t): failover %s, rejoin %s, no hold began for %s, the next %s after the cluster settled; %d holds, %d double by beliefs (longest %s), %d server doubles of %d samples, %d token regressions, %d lost, %d stuck, overtakes %d/%d; the other nodes answered %s; errors: %s",
 		primary.Addr(), a.name, acks, msf(r.failover), msf(r.rejoin), msf(r.pause), msf(r.resume), r.acquired, r.doubles, msf(r.worstDouble),
-		r.serverDoubles, r.samples, r.regressions, r.lost, r.stuck, r.overtakesBefore, r.overtakes, errs)
+		r.serverDoubles, r.samples, r.regressions, r.lost, r.stuck, r.overtakesBefore, r.overtakes, formatRedirections(served), errs)
 	if sampler.doubles > 0 {
 		t.Logf("a sample with two holders: %v", sampler.example)
 	}

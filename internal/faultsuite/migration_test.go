@@ -111,6 +111,7 @@ func migrateUnderLock(t *testing.T, c *redistest.Cluster, a dialer) string {
 	}
 
 	to := otherPrimary(t, c, c.PrimaryForSlot(t, slot))
+	stats := errorStats(t, c.Nodes())
 	mig := c.BeginMigration(t, slot, to)
 	pause(migMarked)
 	if n := mig.MoveKeys(t, 1); n != 1 {
@@ -211,11 +212,12 @@ func migrateUnderLock(t *testing.T, c *redistest.Cluster, a dialer) string {
 		t.Errorf("after the hand-overs: locked %t, queue %d; want free and empty", st.Locked(), st.QueueLength)
 	}
 	c.WaitSettled(t)
+	served := redirectionsSince(t, c.Nodes(), stats)
 	if owner := c.PrimaryForSlot(t, slot); owner != to {
 		t.Errorf("slot %d served by %s, want %s", slot, owner.Addr(), to.Addr())
 	}
-	return fmt.Sprintf("holder's Unlock returned %s and the head held %s after the last key moved (Unlock called %s before it; slot assigned %s after it); order %v; stuck %d; double holders: %d by client beliefs, %s; hold lost %t; errors to callers: %s",
-		msf(u.at.Sub(migEnd)), msf(first.Sub(migEnd)), msf(migEnd.Sub(u.call)), msf(assigned.Sub(migEnd)), order, stuck, doubles, sampler, lost0 != "", errs)
+	return fmt.Sprintf("holder's Unlock returned %s and the head held %s after the last key moved (Unlock called %s before it; slot assigned %s after it); order %v; stuck %d; double holders: %d by client beliefs, %s; hold lost %t; the servers answered %s; errors to callers: %s",
+		msf(u.at.Sub(migEnd)), msf(first.Sub(migEnd)), msf(migEnd.Sub(u.call)), msf(assigned.Sub(migEnd)), order, stuck, doubles, sampler, lost0 != "", formatRedirections(served), errs)
 }
 
 // pause lets a fault last d: it is the fault's length, not a
