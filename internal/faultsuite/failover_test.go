@@ -155,19 +155,20 @@ type roundFigures struct {
 	serverDoubles, samples     int
 	stuck, lost                int
 	overtakesBefore, overtakes int // before the kill; from the kill on
+	overtakesLeftover          int // of those after, by an owner whose Unlock had failed
 	errs                       *errorTally
 	served                     map[string]int64 // cluster errors the other nodes answered
 }
 
 // failoverFigures sums the rounds of one adapter and mode.
 type failoverFigures struct {
-	rounds                                           int
-	acquired, doubles, regressions, serverDoubles    int
-	samples, stuck, lost, overtakesBefore, overtakes int
-	worstDouble                                      time.Duration
-	failover, rejoin, pause, resume                  []time.Duration
-	errs                                             []*errorTally
-	served                                           map[string]int64
+	rounds                                                              int
+	acquired, doubles, regressions, serverDoubles                       int
+	samples, stuck, lost, overtakesBefore, overtakes, overtakesLeftover int
+	worstDouble                                                         time.Duration
+	failover, rejoin, pause, resume                                     []time.Duration
+	errs                                                                []*errorTally
+	served                                                              map[string]int64
 }
 
 func (f *failoverFigures) add(r roundFigures) {
@@ -182,6 +183,7 @@ func (f *failoverFigures) add(r roundFigures) {
 	f.lost += r.lost
 	f.overtakesBefore += r.overtakesBefore
 	f.overtakes += r.overtakes
+	f.overtakesLeftover += r.overtakesLeftover
 	f.failover = append(f.failover, r.failover)
 	f.rejoin = append(f.rejoin, r.rejoin)
 	f.pause = append(f.pause, r.pause)
@@ -225,10 +227,10 @@ func (f *failoverFigures) String() string {
 		}
 		e.mu.Unlock()
 	}
-	return fmt.Sprintf("%d failovers: kill to cluster settled p50 %s max %s, rejoin p50 %s; no hold began for p50 %s max %s (the next hold came p50 %s max %s after the cluster settled); %d holds; double holders %d by client beliefs (longest %s), %d of %d server samples; token regressions %d; holds lost %d; stuck %d; FIFO overtakes %d before the kill, %d after; the other nodes answered %s; errors to callers: %s",
+	return fmt.Sprintf("%d failovers: kill to cluster settled p50 %s max %s, rejoin p50 %s; no hold began for p50 %s max %s (the next hold came p50 %s max %s after the cluster settled); %d holds; double holders %d by client beliefs (longest %s), %d of %d server samples; token regressions %d; holds lost %d; stuck %d; FIFO overtakes %d before the kill, %d after (%d by an owner whose Unlock had failed, re-acquiring from its leftover field ahead of the queue); the other nodes answered %s; errors to callers: %s",
 		f.rounds, msf(percentile(f.failover, 50)), msf(percentile(f.failover, 100)), msf(percentile(f.rejoin, 50)),
 		msf(percentile(f.pause, 50)), msf(percentile(f.pause, 100)), msf(percentile(f.resume, 50)), msf(percentile(f.resume, 100)), f.acquired, f.doubles, msf(f.worstDouble),
-		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, formatRedirections(f.served), all)
+		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, f.overtakesLeftover, formatRedirections(f.served), all)
 }
 
 func addCount(m map[string]int, s string) map[string]int {
@@ -247,8 +249,10 @@ type roundLog struct {
 	pending map[int]time.Time // worker: when its Lock call in flight began
 	calls   map[int]int       // worker: Lock calls made
 	killed  time.Time         // zero before the kill
-	// overtakes[0] before the kill, [1] from it on
-	overtakes [2]int
+	// overtakes[0] before the kill, [1] from it on, [2] of those by an
+	// owner whose previous Unlock failed
+	overtakes    [3]int
+	unlockFailed map[int]bool // worker: its last Unlock returned an error
 }
 
 // granted records worker w's hold, from a Lock called at call, and counts
@@ -264,9 +268,13 @@ func (l *roundLog) granted(w int, call time.Time) {
 		// A client's first call also sets up its connections.
 		if v != w && l.calls[v] > 1 && since.Before(call.Add(-foOvertake)) {
 			l.overtakes[phase]++
+			if phase == 1 && l.unlockFailed[w] {
+				l.overtakes[2]++
+			}
 		}
 	}
 	delete(l.pending, w)
+	delete(l.unlockFailed, w)
 }
 
 func (l *roundLog) calling(w int, call time.Time) {
@@ -274,6 +282,12 @@ func (l *roundLog) calling(w int, call time.Time) {
 	defer l.mu.Unlock()
 	l.pending[w] = call
 	l.calls[w]++
+}
+
+func (l *roundLog) unlockError(w int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unlockFailed[w] = true
 }
 
 func (l *roundLog) failed(w int) {
@@ -328,7 +342,7 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 	t.Helper()
 	primary := c.PrimaryForSlot(t, redistest.SlotOf(name))
 	sampler := sampleHolders(t, c.Addrs(), name)
-	log := &roundLog{pending: map[int]time.Time{}, calls: map[int]int{}}
+	log := &roundLog{pending: map[int]time.Time{}, calls: map[int]int{}, unlockFailed: map[int]bool{}}
 	errs := &errorTally{}
 	stopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -380,13 +394,13 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	r.acquired, r.lost = len(log.beliefs), log.lost
-	r.overtakesBefore, r.overtakes = log.overtakes[0], log.overtakes[1]
+	r.overtakesBefore, r.overtakes, r.overtakesLeftover = log.overtakes[0], log.overtakes[1], log.overtakes[2]
 	r.doubles, r.worstDouble = doubleBeliefs(log.beliefs)
 	r.regressions = tokenRegressions(log.beliefs)
 	r.pause, r.resume = pauseAcross(log.beliefs, killed, settled)
-	t.Logf("round on %s (%s, acks %t): failover %s, rejoin %s, no hold began for %s, the next %s after the cluster settled; %d holds, %d double by beliefs (longest %s), %d server doubles of %d samples, %d token regressions, %d lost, %d stuck, overtakes %d/%d; the other nodes answered %s; errors: %s",
+	t.Logf("round on %s (%s, acks %t): failover %s, rejoin %s, no hold began for %s, the next %s after the cluster settled; %d holds, %d double by beliefs (longest %s), %d server doubles of %d samples, %d token regressions, %d lost, %d stuck, overtakes %d/%d (%d by a failed Unlock's owner); the other nodes answered %s; errors: %s",
 		primary.Addr(), a.name, acks, msf(r.failover), msf(r.rejoin), msf(r.pause), msf(r.resume), r.acquired, r.doubles, msf(r.worstDouble),
-		r.serverDoubles, r.samples, r.regressions, r.lost, r.stuck, r.overtakesBefore, r.overtakes, formatRedirections(served), errs)
+		r.serverDoubles, r.samples, r.regressions, r.lost, r.stuck, r.overtakesBefore, r.overtakes, r.overtakesLeftover, formatRedirections(served), errs)
 	if sampler.doubles > 0 {
 		t.Logf("a sample with two holders: %v", sampler.example)
 	}
@@ -454,6 +468,7 @@ func contend(ctx context.Context, w int, m *lock.Mutex, log *roundLog, errs *err
 		uctx, ucancel := context.WithTimeout(context.Background(), foCall)
 		if err := m.Unlock(uctx); err != nil {
 			errs.add("Unlock", err)
+			log.unlockError(w)
 		}
 		ucancel()
 	}
