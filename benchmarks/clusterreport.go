@@ -356,9 +356,10 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	if m := res.Memory; m != nil {
 		p("### 7c. Memory per lock name, held lock and waiter")
 		p("")
-		p("INFO memory `used_memory` before and after each step, summed over the primaries (replicas: the same again, shown apart), divided by the names or waiters; %d names, lock clients in %s mode.", m.Names, m.Mode)
+		p("INFO memory `used_memory` less the replication buffers (`mem_total_replication_buffers`: the backlog fills with every write, up to 1 MiB a primary) before and after each step, summed over the primaries (replicas: the same again, shown apart), divided by the names or waiters; %d names, lock clients in %s mode, the cluster flushed before the idle and before the held steps. "+
+			"Tracked keys are INFO stats `tracking_total_keys`: rueidis clients use client-side caching, so the server keeps a tracking-table entry for each key their reads and scripts read (fairlock's holders watch their lock's hash); their memory is in the bytes.", m.Names, m.Mode)
 		p("")
-		t = newTable(&b, "what", "count", "bytes each, primaries", "bytes each, replicas", "keys each", "step took")
+		t = newTable(&b, "what", "count", "bytes each, primaries", "bytes each, replicas", "keys each", "tracked keys each", "step took")
 		step := func(what string, s memStep) {
 			per := func(v int64) string {
 				if s.Count == 0 {
@@ -366,9 +367,15 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 				}
 				return fmtF(0)(float64(v) / float64(s.Count))
 			}
-			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes), per(s.ReplicaBytes), per(s.Keys), fmtDur(float64(s.Elapsed)))
+			perF := func(v int64) string {
+				if s.Count == 0 {
+					return "-"
+				}
+				return fmtF(2)(float64(v) / float64(s.Count))
+			}
+			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes), per(s.ReplicaBytes), per(s.Keys), perF(s.Tracked), fmtDur(float64(s.Elapsed)))
 		}
-		step("held lock (lease 10 min: the hash and the token counter)", m.Held)
+		step("held lock (lease 10 min, so no renewal: the hash and the token counter)", m.Held)
 		step("one waiter on each held lock (queued by a script as acquire.lua queues one: queue entry, two deadlines; no subscription)", m.Spread)
 		step("idle name, just unlocked (token counter and unlock latch)", m.IdleFresh)
 		step("idle name, once its unlock latch expired (3 s): the token counter, until lease + 1 s after the unlock", m.IdleToken)
@@ -377,12 +384,12 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 		p("So an idle lock name costs nothing once the lease and a second have passed since its last unlock (the token counter's lifetime; with the default 30 s lease, 31 s); until then its token counter, and for 3 s its unlock latch.")
 		if len(m.KeyUsage) > 0 {
 			var parts []string
-			for _, k := range []string{"lock hash (held)", "token counter", "token counter (idle)", "queue, 1 waiter", "timeouts zset, 1 waiter", "alive zset, 1 waiter"} {
+			for _, k := range []string{"lock hash (held)", "token counter (held)", "token counter (idle)", "queue, 1 waiter", "timeouts zset, 1 waiter", "alive zset, 1 waiter"} {
 				if v, ok := m.KeyUsage[k]; ok {
 					parts = append(parts, fmt.Sprintf("%s %d B", k, v))
 				}
 			}
-			p("MEMORY USAGE of one lock's keys: %s (used_memory counts the key's dict entry and expiry too).", strings.Join(parts, ", "))
+			p("MEMORY USAGE of one lock's keys: %s (used_memory counts more: the expiry entry, the dicts' tables, the slot-to-key links, the tracking table).", strings.Join(parts, ", "))
 		}
 		p("")
 		if len(m.Queued) > 0 {

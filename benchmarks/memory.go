@@ -44,6 +44,10 @@ type memoryResult struct {
 type memStep struct {
 	Count        int           `json:"count"` // names or waiters it concerns
 	Keys         int64         `json:"keys"`  // DBSIZE change, primaries
+	// Tracked: the change of INFO stats tracking_total_keys on the
+	// primaries: keys in the server's client-side-caching table (rueidis
+	// clients track what their reads and scripts read).
+	Tracked      int64         `json:"tracked_keys"`
 	PrimaryBytes int64         `json:"primary_bytes"`
 	ReplicaBytes int64         `json:"replica_bytes"`
 	Elapsed      time.Duration `json:"elapsed_ns"` // how long the step took
@@ -84,7 +88,7 @@ func lockKeys(name string) (hash, queue, timeouts, alive, token string) {
 
 // memSample is used_memory and DBSIZE of every node of the cluster.
 type memSample struct {
-	used, keys []int64
+	used, keys, tracked []int64
 }
 
 func (c *redisCluster) memSample(ctx context.Context) (memSample, error) {
@@ -102,7 +106,12 @@ func (c *redisCluster) memSample(ctx context.Context) (memSample, error) {
 		if err != nil {
 			return s, err
 		}
-		s.used, s.keys = append(s.used, u), append(s.keys, k)
+		st, err := n.info(ctx, "stats")
+		if err != nil {
+			return s, err
+		}
+		tr, _ := strconv.ParseInt(st["tracking_total_keys"], 10, 64)
+		s.used, s.keys, s.tracked = append(s.used, u), append(s.keys, k), append(s.tracked, tr)
 	}
 	return s, nil
 }
@@ -166,6 +175,7 @@ func (c *redisCluster) step(from, to memSample, count int) memStep {
 		if i < p {
 			s.PrimaryBytes += d
 			s.Keys += to.keys[i] - from.keys[i]
+			s.Tracked += to.tracked[i] - from.tracked[i]
 		} else {
 			s.ReplicaBytes += d
 		}
@@ -294,6 +304,11 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}
 	floor := sum(s.keys[:len(c.primaries)])
 
+	usage := func(role, key string) {
+		if v, err := rc.Do(ctx, rc.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64(); err == nil {
+			res.KeyUsage[role] = v
+		}
+	}
 	// Gone: lock and unlock names with a 1 s lease; wait for their keys to
 	// expire.
 	n := min(b.set.MemoryNames, 1000)
@@ -317,8 +332,49 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	b.log("memory: %d names locked and unlocked with a 1s lease: %d keys, %d bytes left on the primaries after %v",
 		n, res.Gone.Keys, res.Gone.PrimaryBytes, res.Gone.Elapsed.Round(time.Millisecond))
 
-	// Held: every name locked, no renewal during the step.
+	// Idle: every name locked once and unlocked, from an empty cluster
+	// (but for the warm-up's token counters).
 	n = b.set.MemoryNames
+	idlePrefix := b.name("mem-idle")
+	base, err := c.memSteady(ctx)
+	if err != nil {
+		return res, err
+	}
+	t0 = time.Now()
+	if err := parallel(ctx, n, w, pair(long, idlePrefix)); err != nil {
+		return res, fmt.Errorf("locking and unlocking %d names: %w", n, err)
+	}
+	fresh, err := c.memSteady(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.IdleFresh = c.step(base, fresh, n)
+	res.IdleFresh.Elapsed = time.Since(t0)
+	_, _, _, _, idleTok := lockKeys(idlePrefix + ":0")
+	usage("token counter (idle)", idleTok)
+	b.log("memory: %d idle names, just unlocked: %s", n, describeStep(res.IdleFresh))
+	t0 = time.Now()
+	// The latches live 3 s.
+	if _, err := waitKeys(sum(base.keys[:len(c.primaries)])+int64(n), 30*time.Second); err != nil {
+		return res, fmt.Errorf("waiting for the unlock latches to expire: %w", err)
+	}
+	time.Sleep(3500*time.Millisecond - time.Since(t0))
+	tokens, err := c.memSteady(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.IdleToken = c.step(base, tokens, n)
+	res.IdleToken.Elapsed = time.Since(t0)
+	b.log("memory: %d idle names, latches expired: %s (token counters live the lease and 1s more)", n, describeStep(res.IdleToken))
+	// Empty again: the next steps start from no key (a dict shrinks only
+	// later on its own).
+	for _, p := range c.primaries {
+		if err := p.do(ctx, "FLUSHALL").Error(); err != nil {
+			return res, err
+		}
+	}
+
+	// Held: every name locked, no renewal during the step.
 	prefix := b.name("mem")
 	names := make([]string, n)
 	mutexes := make([]*lock.Mutex, n)
@@ -328,7 +384,7 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 			return res, err
 		}
 	}
-	base, err := c.memSteady(ctx)
+	base, err = c.memSteady(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -345,15 +401,10 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}
 	res.Held = c.step(base, held, n)
 	res.Held.Elapsed = time.Since(t0)
-	b.log("memory: %d held locks: %.0f bytes and %.2f keys each on the primaries (%v)", n, res.Held.perItem(), float64(res.Held.Keys)/float64(n), res.Held.Elapsed.Round(time.Millisecond))
-	usage := func(role, key string) {
-		if v, err := rc.Do(ctx, rc.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64(); err == nil {
-			res.KeyUsage[role] = v
-		}
-	}
+	b.log("memory: %d held locks: %s (%v)", n, describeStep(res.Held), res.Held.Elapsed.Round(time.Millisecond))
 	h, q, to, al, tok := lockKeys(names[0])
 	usage("lock hash (held)", h)
-	usage("token counter", tok)
+	usage("token counter (held)", tok)
 
 	// Spread: one waiter on each held name.
 	owner := mutexes[0].Owner()
@@ -377,7 +428,7 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	usage("queue, 1 waiter", q)
 	usage("timeouts zset, 1 waiter", to)
 	usage("alive zset, 1 waiter", al)
-	b.log("memory: one waiter on each of %d locks: %.0f bytes and %.2f keys each on the primaries", n, res.Spread.perItem(), float64(res.Spread.Keys)/float64(n))
+	b.log("memory: one waiter on each of %d locks: %s", n, describeStep(res.Spread))
 	if err := parallel(ctx, n, w, func(ctx context.Context, i int) error {
 		_, q, to, al, _ := lockKeys(names[i])
 		return removeWaiters.Exec(ctx, rc, []string{q, to, al}, nil).Error()
@@ -396,35 +447,12 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 		res.Queued = append(res.Queued, qm)
 	}
 
-	// Idle: every name unlocked.
-	t0 = time.Now()
+	// Unlock all (not measured).
 	if err := parallel(ctx, n, w, func(ctx context.Context, i int) error {
 		return mutexes[i].Unlock(ctx)
 	}); err != nil {
 		return res, fmt.Errorf("unlocking: %w", err)
 	}
-	fresh, err := c.memSteady(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.IdleFresh = c.step(base, fresh, n)
-	res.IdleFresh.Elapsed = time.Since(t0)
-	usage("token counter (idle)", tok)
-	b.log("memory: %d idle names, just unlocked: %.0f bytes and %.2f keys each", n, res.IdleFresh.perItem(), float64(res.IdleFresh.Keys)/float64(n))
-	t0 = time.Now()
-	// The latches live 3 s; a few token counters of the queued runs
-	// (default lease) live on.
-	if _, err := waitKeys(sum(base.keys[:len(c.primaries)])+int64(n)+16, 30*time.Second); err != nil {
-		return res, fmt.Errorf("waiting for the unlock latches to expire: %w", err)
-	}
-	time.Sleep(3500*time.Millisecond - time.Since(t0))
-	tokens, err := c.memSteady(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.IdleToken = c.step(base, tokens, n)
-	res.IdleToken.Elapsed = time.Since(t0)
-	b.log("memory: %d idle names, latches expired: %.0f bytes and %.2f keys each (token counters live the lease and 1s more)", n, res.IdleToken.perItem(), float64(res.IdleToken.Keys)/float64(n))
 	return res, nil
 }
 
@@ -543,7 +571,7 @@ func describeStep(s memStep) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.0f B", s.perItem())
 	if s.Count > 0 {
-		fmt.Fprintf(&b, ", %.2f keys", float64(s.Keys)/float64(s.Count))
+		fmt.Fprintf(&b, ", %.2f keys, %.2f tracked keys each on the primaries", float64(s.Keys)/float64(s.Count), float64(s.Tracked)/float64(s.Count))
 	}
 	return b.String()
 }
