@@ -191,7 +191,8 @@ func targetNames(res *clusterResults) []string {
 func modelFrom(res *clusterResults) modelInputs {
 	var in modelInputs
 	if m := res.Memory; m != nil {
-		in.HeldBytes, in.IdleBytes, in.FreshBytes = m.Held.perItem(), m.IdleToken.perItem(), m.IdleFresh.perItem()
+		in.HeldBytes, in.IdleBytes = m.Held.perItem(), m.IdleToken.perItem()
+		in.FreshBytes = in.IdleBytes + m.latchBytes()
 		in.SpreadWaiterBytes = m.Spread.perItem()
 		if len(m.Queued) > 0 {
 			q := m.Queued[len(m.Queued)-1]
@@ -377,10 +378,11 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 		}
 		step("held lock (lease 10 min, so no renewal: the hash and the token counter)", m.Held)
 		step("one waiter on each held lock (queued by a script as acquire.lua queues one: queue entry, two deadlines; no subscription)", m.Spread)
-		step("idle name, just unlocked (token counter and unlock latch)", m.IdleFresh)
+		step("idle names, right after the last of them was unlocked (token counters, and the unlock latches of the last 3 s)", m.IdleFresh)
 		step("idle name, once its unlock latch expired (3 s): the token counter, until lease + 1 s after the unlock", m.IdleToken)
 		step("idle name, locked and unlocked with a 1 s lease, after its keys expired", m.Gone)
 		p("")
+		p("An unlock latch costs %.0f B (the idle steps' difference in bytes over their difference in keys).", m.latchBytes())
 		p("So an idle lock name costs nothing once the lease and a second have passed since its last unlock (the token counter's lifetime; with the default 30 s lease, 31 s); until then its token counter, and for 3 s its unlock latch.")
 		if len(m.KeyUsage) > 0 {
 			var parts []string
