@@ -374,7 +374,7 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 				}
 				return fmtF(2)(float64(v) / float64(s.Count))
 			}
-			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes), per(s.ReplicaBytes), per(s.Keys), perF(s.Tracked), fmtDur(float64(s.Elapsed)))
+			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes), per(s.ReplicaBytes), perF(s.Keys), perF(s.Tracked), fmtDur(float64(s.Elapsed)))
 		}
 		step("held lock (lease 10 min, so no renewal: the hash and the token counter)", m.Held)
 		step("one waiter on each held lock (queued by a script as acquire.lua queues one: queue entry, two deadlines; no subscription)", m.Spread)
