@@ -40,23 +40,12 @@ const (
 var publishModes = []publishMode{publishBroadcast, publishSharded}
 
 // modeOptions returns the lock options of mode on a cluster client.
-//
-// Today fairlock has only WithShardedPublish, which makes the scripts send
-// SPUBLISH as well as PUBLISH while fairlock waiters keep listening with
-// SUBSCRIBE: "sharded" measures that, and so the broadcast stays in it.
-// Once lock.WithPublish lands (sharded by default on cluster clients),
-// this becomes:
-//
-//	case publishBroadcast: return []lock.Option{lock.WithPublish(lock.PublishPlain)}
-//	case publishSharded:   return []lock.Option{lock.WithPublish(lock.PublishSharded)}
-//
-// and modeNote says so.
 func modeOptions(m publishMode) []lock.Option {
 	switch m {
 	case publishSharded:
-		return []lock.Option{lock.WithShardedPublish()}
+		return []lock.Option{lock.WithPublish(lock.PublishSharded)}
 	default:
-		return nil
+		return []lock.Option{lock.WithPublish(lock.PublishPlain)}
 	}
 }
 
@@ -64,9 +53,9 @@ func modeOptions(m publishMode) []lock.Option {
 func modeNote(m publishMode) string {
 	switch m {
 	case publishSharded:
-		return "lock.WithShardedPublish(): the scripts send SPUBLISH and PUBLISH; fairlock waiters SUBSCRIBE (plain)"
+		return "lock.WithPublish(lock.PublishSharded), the default on a Redis 7 cluster: the scripts send SPUBLISH; waiters SSUBSCRIBE at the slot's primary"
 	default:
-		return "lock defaults: the scripts send PUBLISH; waiters SUBSCRIBE"
+		return "lock.WithPublish(lock.PublishPlain): the scripts send PUBLISH; waiters SUBSCRIBE at any node"
 	}
 }
 
