@@ -117,6 +117,13 @@ func (b *faultyBackend) Subscribe(ctx context.Context, channel string) (*backend
 	return b.capable.Subscribe(ctx, channel)
 }
 
+func (b *faultyBackend) SSubscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if b.partitioned.Load() {
+		return nil, b.cut(ctx)
+	}
+	return b.capable.SSubscribe(ctx, channel)
+}
+
 // client returns a lock client on b, closed at cleanup.
 func clientOn(t *testing.T, b backend.Backend, opts ...lock.Option) *lock.Client {
 	t.Helper()

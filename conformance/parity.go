@@ -166,6 +166,13 @@ func (b *crashableBackend) Subscribe(ctx context.Context, channel string) (*back
 	return b.capable.Subscribe(ctx, channel)
 }
 
+func (b *crashableBackend) SSubscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if b.crashed.Load() {
+		return nil, errCrashed
+	}
+	return b.capable.SSubscribe(ctx, channel)
+}
+
 // P1 (upstream testLockAcquiredBooleanTimeoutDrift_Descrete): eight owners
 // start 100 ms apart, each TryLock(wait 10 s, lease 1 s) and never unlock.
 // Only lease expiries hand the lock over, so all eight must acquire, in

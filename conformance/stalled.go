@@ -81,6 +81,13 @@ func (b *stallingBackend) Subscribe(ctx context.Context, channel string) (*backe
 	return b.capable.Subscribe(ctx, channel)
 }
 
+func (b *stallingBackend) SSubscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if err := b.stall(ctx, &b.subscribe, channel); err != nil {
+		return nil, err
+	}
+	return b.capable.SSubscribe(ctx, channel)
+}
+
 // WatchKey stalls while watch is on, also on a backend that cannot watch
 // keys (it would say so at once on a working connection).
 func (b *stallingBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {

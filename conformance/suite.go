@@ -261,6 +261,14 @@ func (b *countingBackend) EvalBatch(ctx context.Context, calls []backend.Call) [
 const clientSubscribe = "SUBSCRIBE fairlock_client"
 
 func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return b.subscribe(ctx, channel, b.capable.Subscribe)
+}
+
+func (b *countingBackend) SSubscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	return b.subscribe(ctx, channel, b.capable.SSubscribe)
+}
+
+func (b *countingBackend) subscribe(ctx context.Context, channel string, sub func(context.Context, string) (*backend.Subscription, error)) (*backend.Subscription, error) {
 	client := strings.HasPrefix(channel, "fairlock_client:")
 	b.mu.Lock()
 	if client {
@@ -269,7 +277,7 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 		b.counts["SUBSCRIBE"]++
 	}
 	b.mu.Unlock()
-	sub, err := b.capable.Subscribe(ctx, channel)
+	s, err := sub(ctx, channel)
 	if client && err == nil {
 		b.mu.Lock()
 		b.counts[clientSubscribe+doneSuffix]++
@@ -281,7 +289,7 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 		b.acquiresAtSubscribe = b.counts["acquire"+doneSuffix]
 		b.mu.Unlock()
 	}
-	return sub, err
+	return s, err
 }
 
 // WatchKey forwards to the backend under test when it can watch keys.
@@ -323,13 +331,13 @@ func (b *countingBackend) count(name string) int {
 }
 
 // total counts the calls sent, all but NewClient's reading of the
-// server's memory policy (memory_policy, X18).
+// server's memory policy and version (server_info, X17, X18).
 func (b *countingBackend) total() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
 	for name, c := range b.counts {
-		if !strings.HasSuffix(name, doneSuffix) && name != "memory_policy" {
+		if !strings.HasSuffix(name, doneSuffix) && name != "server_info" {
 			n += c
 		}
 	}
