@@ -803,26 +803,55 @@ type shardConn struct {
 	d  *shardDialer
 }
 
-// Subscribe implements pubsub.Conn with SSUBSCRIBE of channels of one
-// slot: the client resolves it when its reader reads the first
+// Subscribe implements pubsub.Conn with SSUBSCRIBE: one per slot (the hub
+// sends the channels of one slot), since the server refuses channels of
+// several slots in one (CROSSSLOT) and the node client's builder panics on
+// them. The client resolves an SSUBSCRIBE when its reader reads the first
 // confirmation (the server sends the others right after it), after
 // running the message hook for every message read before. A MOVED reply
 // is a *backend.ServerError ("MOVED <slot> <host:port>").
 func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
-	err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(channels...).Build()).Error()
-	if rerr, ok := valkey.IsValkeyErr(err); ok {
-		if addr, moved := rerr.IsMoved(); moved {
-			c.d.mu.Lock()
-			c.d.named[addr] = channels[0]
-			c.d.mu.Unlock()
+	for _, group := range bySlot(channels) {
+		err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(group...).Build()).Error()
+		if rerr, ok := valkey.IsValkeyErr(err); ok {
+			if addr, moved := rerr.IsMoved(); moved {
+				c.d.mu.Lock()
+				c.d.named[addr] = group[0]
+				c.d.mu.Unlock()
+			}
+		}
+		if err != nil {
+			return serverError(err)
 		}
 	}
-	return serverError(err)
+	return nil
 }
 
-// Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE.
+// Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE, one per slot.
 func (c shardConn) Unsubscribe(ctx context.Context, channels ...string) error {
-	return serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(channels...).Build()).Error())
+	var errs []error
+	for _, group := range bySlot(channels) {
+		errs = append(errs, serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(group...).Build()).Error()))
+	}
+	return errors.Join(errs...)
+}
+
+// bySlot splits channels by cluster slot, in the order of their first
+// channel.
+func bySlot(channels []string) [][]string {
+	at := make(map[uint16]int)
+	var groups [][]string
+	for _, ch := range channels {
+		slot := backend.Slot(ch)
+		i, ok := at[slot]
+		if !ok {
+			i = len(groups)
+			at[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], ch)
+	}
+	return groups
 }
 
 func (c shardConn) Close() { c.dc.Close() }
