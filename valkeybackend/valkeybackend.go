@@ -14,6 +14,12 @@
 // whose dedicated connections are bound to one node: there each node that
 // serves a watched key gets one tracking connection of its own.
 //
+// On a cluster client the Backend is a backend.ShardedSubscriber: sharded
+// wake-ups (SSubscribe) arrive on one dedicated connection per node that
+// owns a subscribed channel's slot (pubsub.ShardedHub), and replica acks
+// (EvalWait) run the script and WAIT on one connection to the primary that
+// owns the keys' slot.
+//
 // Client options: any standalone, sentinel or cluster client works, and so
 // does a client wrapped by valkeyotel. On servers without CLIENT TRACKING
 // (miniredis, some proxies) set ClientOption.DisableCache; for miniredis
@@ -27,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +49,8 @@ type Backend struct {
 	client  valkey.Client
 	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
-	nodes   *nodeWatcher // key watches of a cluster client; nil otherwise
+	nodes   *nodeWatcher       // key watches of a cluster client; nil otherwise
+	shards  *pubsub.ShardedHub // sharded wake-ups of a cluster client; nil otherwise
 	closing sync.Once
 }
 
@@ -50,6 +58,8 @@ var (
 	_ backend.Backend       = (*Backend)(nil)
 	_ backend.KeyWatcher    = (*Backend)(nil)
 	_ backend.ReplicaWaiter = (*Backend)(nil)
+
+	_ backend.ShardedSubscriber = (*Backend)(nil)
 )
 
 // New returns a Backend using client. Closing the Backend does not close
@@ -59,6 +69,8 @@ func New(client valkey.Client) *Backend {
 	b.hub = pubsub.NewHub(b.dial)
 	if client.Mode() == valkey.ClientModeCluster {
 		b.nodes = newNodeWatcher(client)
+		d := &shardDialer{client: client, named: make(map[string]string)}
+		b.shards = pubsub.NewShardedHub(d.dial, d.nodes)
 	}
 	return b
 }
@@ -145,18 +157,16 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 }
 
 // EvalWait implements backend.ReplicaWaiter: EVALSHA (EVAL on NOSCRIPT)
-// and WAIT go out in one DoMulti, which the client sends on one
-// connection because WAIT blocks. Cluster clients would route WAIT to
-// another node, so they get backend.ErrNotSupported.
+// and WAIT go out in one DoMulti on one connection - the client's own
+// choice for a standalone or sentinel client, since WAIT blocks, and a
+// dedicated connection to the primary that owns the keys' slot for a
+// cluster client, where WAIT then counts that primary's replicas.
 func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
+	var res []valkey.ValkeyResult
 	if b.client.Mode() == valkey.ClientModeCluster {
-		return backend.Reply{}, 0, fmt.Errorf("%w: WAIT after a script on a cluster client", backend.ErrNotSupported)
-	}
-	wait := b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
-	res := b.client.DoMulti(ctx, b.evalCmd(s, keys, args), wait)
-	if isNoScript(res[0]) {
-		wait = b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
-		res = b.client.DoMulti(ctx, b.evalSource(s, keys, args), wait)
+		res = b.clusterEvalWait(ctx, s, keys, args, replicas, timeout)
+	} else {
+		res = b.evalWait(ctx, b.client.DoMulti, s, keys, args, replicas, timeout)
 	}
 	reply, err := convert(res[0])
 	if err != nil {
@@ -170,6 +180,53 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	acked, err := waited.AsInt()
 	return reply, int(acked), err
+}
+
+// evalWait sends the script and WAIT in one DoMulti with do, and once more
+// with the script's source when the server answers NOSCRIPT.
+func (b *Backend) evalWait(ctx context.Context, do func(context.Context, ...valkey.Completed) []valkey.ValkeyResult,
+	s *backend.Script, keys, args []string, replicas int, timeout time.Duration) []valkey.ValkeyResult {
+	wait := func() valkey.Completed {
+		return b.client.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+	}
+	res := do(ctx, b.evalCmd(s, keys, args), wait())
+	if isNoScript(res[0]) {
+		res = do(ctx, b.evalSource(s, keys, args), wait())
+	}
+	return res
+}
+
+// maxMoved bounds the MOVED replies one EvalWait follows.
+const maxMoved = 3
+
+// clusterEvalWait runs evalWait on a dedicated connection of the cluster
+// client, which the client binds to the node that owns the slot of its
+// first command's keys. A MOVED reply (the client's slot map is out of
+// date; the script did not run) is followed to the node it names, on a
+// dedicated connection of that node's own client.
+func (b *Backend) clusterEvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) []valkey.ValkeyResult {
+	var res []valkey.ValkeyResult
+	run := func(dc valkey.DedicatedClient) error {
+		res = b.evalWait(ctx, dc.DoMulti, s, keys, args, replicas, timeout)
+		return nil
+	}
+	_ = b.client.Dedicated(run)
+	for range maxMoved {
+		rerr, ok := valkey.IsValkeyErr(res[0].Error())
+		if !ok || len(keys) == 0 {
+			return res
+		}
+		addr, moved := rerr.IsMoved()
+		if !moved {
+			return res
+		}
+		node, _, err := nodeClient(ctx, b.client, addr, keys[0])
+		if err != nil {
+			return res
+		}
+		_ = node.Dedicated(run)
+	}
+	return res
 }
 
 // Subscribe implements backend.Backend.
@@ -189,10 +246,29 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 	return b.hub.WatchKey(ctx, key)
 }
 
-// Close closes the subscription connection and the tracking connections,
+// Sharded implements backend.ShardedSubscriber: it reports whether the
+// client is a cluster client.
+func (b *Backend) Sharded() bool { return b.client.Mode() == valkey.ClientModeCluster }
+
+// SSubscribe implements backend.ShardedSubscriber on a cluster client: the
+// channel is subscribed (SSUBSCRIBE) on a dedicated connection to the node
+// that owns its slot, one per node, shared by the Subscriptions of every
+// channel that node serves (pubsub.ShardedHub). Other clients get
+// backend.ErrNotSupported.
+func (b *Backend) SSubscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if b.shards == nil {
+		return nil, fmt.Errorf("%w: SSUBSCRIBE on a client that is not a cluster client", backend.ErrNotSupported)
+	}
+	return b.shards.Subscribe(ctx, channel)
+}
+
+// Close closes the subscription connections and the tracking connections,
 // and the client when Dial made it (not one passed to New).
 func (b *Backend) Close() error {
 	err := b.hub.Close()
+	if b.shards != nil {
+		b.shards.Close()
+	}
 	if b.nodes != nil {
 		b.nodes.close()
 	}
@@ -203,31 +279,50 @@ func (b *Backend) Close() error {
 }
 
 func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
-	dc, _ := b.client.Dedicate()
-	dc.SetPubSubHooks(valkey.PubSubHooks{
-		OnMessage: func(m valkey.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
-	})
-	// SetOnInvalidations keeps the message hook and replaces the channel
-	// that reports the connection's end.
-	done := dc.SetOnInvalidations(func(keys []valkey.ValkeyMessage) {
-		if keys == nil {
-			sink.Invalidate(nil)
-			return
-		}
-		names := make([]string, 0, len(keys))
-		for _, k := range keys {
-			if name, err := k.ToString(); err == nil {
-				names = append(names, name)
+	dc, done, err := dedicate(ctx, b.client, func(dc valkey.DedicatedClient) <-chan error {
+		dc.SetPubSubHooks(valkey.PubSubHooks{
+			OnMessage: func(m valkey.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
+		})
+		// SetOnInvalidations keeps the message hook and replaces the channel
+		// that reports the connection's end.
+		return dc.SetOnInvalidations(func(keys []valkey.ValkeyMessage) {
+			if keys == nil {
+				sink.Invalidate(nil)
+				return
 			}
-		}
-		sink.Invalidate(names)
+			names := make([]string, 0, len(keys))
+			for _, k := range keys {
+				if name, err := k.ToString(); err == nil {
+					names = append(names, name)
+				}
+			}
+			sink.Invalidate(names)
+		})
 	})
-	// Make sure the connection is up before handing it out.
-	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
-		dc.Close()
+	if err != nil {
 		return nil, nil, err
 	}
 	return pubSubConn{dc: dc}, done, nil
+}
+
+// dedicate opens a dedicated connection of client, sets its hooks with
+// hook (which returns the channel that reports the connection's end), and
+// makes sure the connection is up with a PING before handing it out - a
+// second connection when the first fails, since an idle pooled connection
+// may have died unseen.
+func dedicate(ctx context.Context, client valkey.Client, hook func(valkey.DedicatedClient) <-chan error) (valkey.DedicatedClient, <-chan error, error) {
+	for try := 0; ; try++ {
+		dc, _ := client.Dedicate()
+		done := hook(dc)
+		err := dc.Do(ctx, dc.B().Ping().Build()).Error()
+		if err == nil {
+			return dc, done, nil
+		}
+		dc.Close()
+		if try == 1 || ctx.Err() != nil {
+			return nil, nil, err
+		}
+	}
 }
 
 type pubSubConn struct {
@@ -513,36 +608,39 @@ func (w *nodeWatcher) run(c *trackConn, key string) {
 	dc.Close()
 }
 
-// open dials addr's tracking connection. The client learns of a node it
-// does not know yet (named by a MOVED before the client's next refresh)
-// when it follows the same redirection for a command on key. open also
-// closes the idle connections to nodes the client no longer knows.
+// open dials addr's tracking connection, and closes the idle connections
+// to nodes the client no longer knows.
 func (w *nodeWatcher) open(ctx context.Context, c *trackConn, key string) (valkey.DedicatedClient, <-chan error, error) {
-	nodes := w.client.Nodes()
-	node, ok := nodes[c.addr]
-	if !ok {
-		if err := w.client.Do(ctx, w.client.B().Exists().Key(key).Build()).Error(); ctx.Err() != nil {
-			return nil, nil, err
-		}
-		nodes = w.client.Nodes()
-		if node, ok = nodes[c.addr]; !ok {
-			return nil, nil, fmt.Errorf("the client does not know node %s", c.addr)
-		}
+	node, nodes, err := nodeClient(ctx, w.client, c.addr, key)
+	if err != nil {
+		return nil, nil, err
 	}
 	w.prune(nodes)
-	// A second try, since an idle pooled connection may have died unseen.
-	for try := 0; ; try++ {
-		dc, _ := node.Dedicate()
-		done := dc.SetOnInvalidations(func(keys []valkey.ValkeyMessage) { w.invalidate(c, keys) })
-		err := dc.Do(ctx, dc.B().Ping().Build()).Error()
-		if err == nil {
-			return dc, done, nil
-		}
-		dc.Close()
-		if try == 1 || ctx.Err() != nil {
+	return dedicate(ctx, node, func(dc valkey.DedicatedClient) <-chan error {
+		return dc.SetOnInvalidations(func(keys []valkey.ValkeyMessage) { w.invalidate(c, keys) })
+	})
+}
+
+// nodeClient returns the own client of the cluster node at addr, and every
+// node the client knows. The client learns of a node it does not know yet
+// (named by a MOVED before the client's next refresh) when it follows the
+// same redirection for a command on a key of the same slot: for an addr it
+// does not know, nodeClient sends EXISTS key first, unless key is empty.
+func nodeClient(ctx context.Context, client valkey.Client, addr, key string) (valkey.Client, map[string]valkey.Client, error) {
+	nodes := client.Nodes()
+	if node, ok := nodes[addr]; ok {
+		return node, nodes, nil
+	}
+	if key != "" {
+		if err := client.Do(ctx, client.B().Exists().Key(key).Build()).Error(); ctx.Err() != nil {
 			return nil, nil, err
 		}
+		nodes = client.Nodes()
+		if node, ok := nodes[addr]; ok {
+			return node, nodes, nil
+		}
 	}
+	return nil, nil, fmt.Errorf("the client does not know node %s", addr)
 }
 
 // prune closes the connections without watches to nodes not in nodes.
@@ -645,6 +743,118 @@ func (w *nodeWatcher) close() {
 	}
 	w.wg.Wait()
 }
+
+// Sharded wake-ups on a cluster client. shardDialer is the
+// pubsub.NodeDialer of the Backend's ShardedHub: a node's connection is a
+// dedicated connection of the node's own client (the client's Nodes), with
+// pub/sub hooks that pass shard messages (smessage, which the client hands
+// to OnMessage) to the hub and the server's own SUNSUBSCRIBE of a channel -
+// its slot moved - to Sink.Unsubscribed.
+type shardDialer struct {
+	client valkey.Client
+
+	mu    sync.Mutex
+	named map[string]string // by node address: a channel a MOVED sent there
+}
+
+// nodes returns the nodes the client knows, in address order, where the
+// hub looks for a slot it has not seen yet (a MOVED then names its owner).
+func (d *shardDialer) nodes() []string {
+	var addrs []string
+	for addr := range d.client.Nodes() {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	return addrs
+}
+
+// dial implements pubsub.NodeDialer. A node named by a MOVED that the
+// client does not know yet is learned through a command on the channel
+// that was sent there (see nodeClient).
+func (d *shardDialer) dial(ctx context.Context, addr string, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
+	d.mu.Lock()
+	key := d.named[addr]
+	d.mu.Unlock()
+	node, _, err := nodeClient(ctx, d.client, addr, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	dc, done, err := dedicate(ctx, node, func(dc valkey.DedicatedClient) <-chan error {
+		return dc.SetPubSubHooks(valkey.PubSubHooks{
+			OnMessage: func(m valkey.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
+			OnSubscription: func(s valkey.PubSubSubscription) {
+				// Also the confirmation of the hub's own SUNSUBSCRIBE,
+				// which finds no Subscription left.
+				if s.Kind == "sunsubscribe" {
+					sink.Unsubscribed(s.Channel)
+				}
+			},
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return shardConn{dc: dc, d: d}, done, nil
+}
+
+// shardConn is one node's sharded subscription connection.
+type shardConn struct {
+	dc valkey.DedicatedClient
+	d  *shardDialer
+}
+
+// Subscribe implements pubsub.Conn with SSUBSCRIBE: one per slot (the hub
+// sends the channels of one slot), since the server refuses channels of
+// several slots in one (CROSSSLOT) and the node client's builder panics on
+// them. The client resolves an SSUBSCRIBE when its reader reads the first
+// confirmation (the server sends the others right after it), after
+// running the message hook for every message read before. A MOVED reply
+// is a *backend.ServerError ("MOVED <slot> <host:port>").
+func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
+	for _, group := range bySlot(channels) {
+		err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(group...).Build()).Error()
+		if rerr, ok := valkey.IsValkeyErr(err); ok {
+			if addr, moved := rerr.IsMoved(); moved {
+				c.d.mu.Lock()
+				c.d.named[addr] = group[0]
+				c.d.mu.Unlock()
+			}
+		}
+		if err != nil {
+			return serverError(err)
+		}
+	}
+	return nil
+}
+
+// Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE, one per slot.
+func (c shardConn) Unsubscribe(ctx context.Context, channels ...string) error {
+	var errs []error
+	for _, group := range bySlot(channels) {
+		errs = append(errs, serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(group...).Build()).Error()))
+	}
+	return errors.Join(errs...)
+}
+
+// bySlot splits channels by cluster slot, in the order of their first
+// channel.
+func bySlot(channels []string) [][]string {
+	at := make(map[uint16]int)
+	var groups [][]string
+	for _, ch := range channels {
+		slot := backend.Slot(ch)
+		i, ok := at[slot]
+		if !ok {
+			i = len(groups)
+			at[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], ch)
+	}
+	return groups
+}
+
+func (c shardConn) Close() { c.dc.Close() }
 
 // convert maps a valkey-go result to a backend reply: server error replies
 // become *backend.ServerError, a nil reply becomes backend.Nil.

@@ -6,16 +6,23 @@ import (
 	"testing"
 )
 
-// TestWatchKeySameAsRueidis fails when watch_test.go differs from
-// rueidisbackend's by more than the names of the packages and clients:
-// the adapters' WatchKey is one piece of code, generated, and so are its
-// tests, by hand.
+// TestWatchKeySameAsRueidis fails when watch_test.go or sharded_test.go
+// differs from rueidisbackend's by more than the names of the packages and
+// clients: the adapters' WatchKey, SSubscribe and EvalWait are one piece
+// of code, generated, and so are their tests, by hand.
 func TestWatchKeySameAsRueidis(t *testing.T) {
-	r, err := os.ReadFile("../rueidisbackend/watch_test.go")
+	for _, name := range []string{"watch_test.go", "sharded_test.go"} {
+		sameAsRueidis(t, name)
+	}
+}
+
+func sameAsRueidis(t *testing.T, name string) {
+	t.Helper()
+	r, err := os.ReadFile("../rueidisbackend/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := os.ReadFile("watch_test.go")
+	v, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +34,6 @@ func TestWatchKeySameAsRueidis(t *testing.T) {
 		"rueidis.", "valkey.",
 	).Replace(string(r))
 	if string(v) != want {
-		t.Fatal("valkeybackend/watch_test.go is not rueidisbackend/watch_test.go with valkey-go's names: change both")
+		t.Fatalf("valkeybackend/%s is not rueidisbackend/%s with valkey-go's names: change both", name, name)
 	}
 }

@@ -383,14 +383,21 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 	}
 }
 
-// unsubscribeLocked sends UNSUBSCRIBE, bounded by unsubscribeTimeout. An
-// error means the connection is going away; the re-subscribe after
-// reconnecting uses the current channel set, without these. The caller
-// holds the wire.
+// unsubscribeLocked sends UNSUBSCRIBE (one per cluster slot on a hub that
+// subscribes by slot: SUNSUBSCRIBE takes the channels of one slot too),
+// bounded by unsubscribeTimeout. An error means the connection is going
+// away; the re-subscribe after reconnecting uses the current channel set,
+// without these. The caller holds the wire.
 func (h *Hub) unsubscribeLocked(channels ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 	defer cancel()
-	_ = h.conn.Unsubscribe(ctx, channels...)
+	groups := [][]string{channels}
+	if h.bySlot {
+		groups = groupBySlot(channels)
+	}
+	for _, g := range groups {
+		_ = h.conn.Unsubscribe(ctx, g...)
+	}
 }
 
 // WatchKey implements backend.KeyWatcher when the adapter's Conn

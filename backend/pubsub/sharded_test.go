@@ -24,6 +24,9 @@ type fakeCluster struct {
 	conns  map[string][]*shardConn
 	dials  map[string]int
 	byDial []string
+	// crossSlot counts the SUNSUBSCRIBEs of channels of several slots,
+	// which a server refuses (CROSSSLOT).
+	crossSlot int
 }
 
 func newFakeCluster(nodes ...string) *fakeCluster {
@@ -138,6 +141,12 @@ func (sc *shardConn) Subscribe(_ context.Context, channels ...string) error {
 func (sc *shardConn) Unsubscribe(_ context.Context, channels ...string) error {
 	sc.c.mu.Lock()
 	defer sc.c.mu.Unlock()
+	for _, ch := range channels[1:] {
+		if backend.Slot(ch) != backend.Slot(channels[0]) {
+			sc.c.crossSlot++
+			return &backend.ServerError{Message: "CROSSSLOT Keys in request don't hash to the same slot"}
+		}
+	}
 	for _, ch := range channels {
 		delete(sc.channels, ch)
 	}
@@ -329,4 +338,38 @@ func TestShardedSubscribeFailsOverToAnotherKnownNode(t *testing.T) {
 	}
 	defer s.Close()
 	heard(t, c, s, "0")
+}
+
+// TestShardedUnsubscribeBySlot: channels of several slots that a node
+// answered MOVED together (a batch of Subscribe calls) are taken back
+// there with one SUNSUBSCRIBE per slot, as they were subscribed.
+func TestShardedUnsubscribeBySlot(t *testing.T) {
+	c := newFakeCluster("n1:1", "n2:2", "n3:3")
+	var chans []string
+	for i := 0; len(chans) < 40; i++ {
+		ch := fmt.Sprintf("wake:{%d}", i)
+		c.move(backend.Slot(ch), "n3:3")
+		chans = append(chans, ch)
+	}
+	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	defer h.Close()
+	var wg sync.WaitGroup
+	for _, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := h.Subscribe(context.Background(), ch)
+			if err != nil {
+				t.Errorf("Subscribe %s: %v", ch, err)
+				return
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crossSlot > 0 {
+		t.Fatalf("%d SUNSUBSCRIBEs of channels of several slots", c.crossSlot)
+	}
 }
