@@ -89,7 +89,12 @@ type Hub struct {
 	keys     listeners     // by key: key watches
 	pending  []*subRequest // Subscribe calls waiting for the next SUBSCRIBE
 	flushing bool          // a flush goroutine is sending pending SUBSCRIBEs
-	ended    bool          // Close has begun: no new flush goroutine
+	// inflight counts, by channel, the SUBSCRIBEs on the wire; dropped
+	// marks a channel the server unsubscribed meanwhile (a hub with lost),
+	// before the Subscriptions waiting for the SUBSCRIBE were registered.
+	inflight map[string]int
+	dropped  map[string]bool
+	ended    bool // Close has begun: no new flush goroutine
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -102,13 +107,20 @@ type listeners map[string]map[*backend.Subscription]func(backend.Event)
 // NewHub returns a Hub that opens its connection with dial on first use.
 func NewHub(dial Dialer) *Hub {
 	return &Hub{
-		dial: dial,
-		wire: make(chan struct{}, 1),
-		subs: make(listeners),
-		keys: make(listeners),
-		stop: make(chan struct{}),
+		dial:     dial,
+		wire:     make(chan struct{}, 1),
+		subs:     make(listeners),
+		keys:     make(listeners),
+		inflight: make(map[string]int),
+		dropped:  make(map[string]bool),
+		stop:     make(chan struct{}),
 	}
 }
+
+// errMovedAway answers a SUBSCRIBE the server confirmed and then
+// unsubscribed by itself (the slot moved) before its Subscriptions were
+// registered: ShardedHub looks for the slot again.
+var errMovedAway = errors.New("pubsub: the channel's slot moved right after its subscription")
 
 // unsubscribeTimeout bounds the UNSUBSCRIBE sent by Subscription.Close.
 const unsubscribeTimeout = 5 * time.Second
@@ -281,6 +293,11 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	}
 	h.lockWireNoCtx()
 	defer h.unlockWire()
+	h.mu.Lock()
+	for _, ch := range chans {
+		h.inflight[ch]++
+	}
+	h.mu.Unlock()
 	failed := map[string]error{}
 	if h.closed || h.handedOff.Load() {
 		for _, ch := range chans {
@@ -293,6 +310,15 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	}
 	var later []*subRequest
 	h.mu.Lock()
+	for _, ch := range chans {
+		if h.inflight[ch]--; h.inflight[ch] == 0 {
+			delete(h.inflight, ch)
+			if h.dropped[ch] && failed[ch] == nil {
+				failed[ch] = errMovedAway
+			}
+			delete(h.dropped, ch)
+		}
+	}
 	for _, r := range batch {
 		err := failed[r.channel]
 		switch {
@@ -533,6 +559,9 @@ func (h *Hub) Unsubscribed(channel string) {
 	set := h.subs[channel]
 	if h.lost != nil {
 		delete(h.subs, channel)
+		if h.inflight[channel] > 0 {
+			h.dropped[channel] = true
+		}
 	}
 	for _, deliver := range set {
 		deliver(backend.Event{Reconnect: true})

@@ -117,6 +117,10 @@ func (h *ShardedHub) place(ctx context.Context, s *backend.Subscription) error {
 			h.setRoute(slot, to)
 			continue
 		}
+		if errors.Is(err, errMovedAway) {
+			h.dropRoute(slot, addr)
+			continue
+		}
 		var refused *backend.ServerError
 		if errors.As(err, &refused) || ctx.Err() != nil {
 			return err
@@ -188,6 +192,15 @@ func (h *ShardedHub) setRoute(slot uint16, addr string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.routes[slot] = addr
+}
+
+// dropRoute forgets that addr serves slot.
+func (h *ShardedHub) dropRoute(slot uint16, addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.routes[slot] == addr {
+		delete(h.routes, slot)
+	}
 }
 
 // forget drops nh, the hub of addr, and every route to addr.
