@@ -124,7 +124,7 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &suite{newBackend: newBackend, cfg: cfg}
+	s := &suite{newBackend: func(tb testing.TB) capable { return capableOf(newBackend(tb)) }, cfg: cfg}
 	t.Run("rules", func(t *testing.T) {
 		for _, tc := range slices.Concat(ruleCases(), lifecycleCases(), mixedKeyCases(), handOverCases(), parityCases(), historyCases(), defectCases()) {
 			if !cfg.selected(tc.name) {

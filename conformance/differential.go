@@ -331,7 +331,7 @@ func modelTrace(seed int64, steps int) []string {
 // on seed and steps: two correct backends record identical traces, and
 // comparing them is the differential check. It fails t only when the
 // server cannot be read; misbehaviour shows in the trace.
-func recordTrace(t *testing.T, newBackend Factory, seed int64, steps int) []string {
+func recordTrace(t *testing.T, newBackend func(testing.TB) capable, seed int64, steps int) []string {
 	t.Helper()
 	plan, _ := planTrace(seed, steps)
 	r := newTraceRun(t, newBackend)
@@ -428,25 +428,25 @@ func (in *traceInflight) busy(owner string) bool {
 // testAcquireLandingAfterCancel - which would make the trace depend on
 // timing.)
 type traceBackend struct {
-	backend.Backend
+	capable
 	inflight *traceInflight
 }
 
 func (b *traceBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
 	if s.Name != "acquire" || len(args) == 0 {
-		return b.Backend.Eval(ctx, s, keys, args)
+		return b.capable.Eval(ctx, s, keys, args)
 	}
 	b.inflight.add(args[0], 1)
 	defer b.inflight.add(args[0], -1)
-	return b.Backend.Eval(ctx, s, keys, args)
+	return b.capable.Eval(ctx, s, keys, args)
 }
 
 // WatchKey forwards to the backend under test (see linBackend.WatchKey).
 func (b *traceBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return watchKeyOf(ctx, b.Backend, key)
+	return watchKeyOf(ctx, b.capable, key)
 }
 
-func newTraceRun(t *testing.T, newBackend Factory) *traceRun {
+func newTraceRun(t *testing.T, newBackend func(testing.TB) capable) *traceRun {
 	t.Helper()
 	r := &traceRun{t: t, owners: map[string]int{}}
 	r.life, r.end = context.WithTimeout(context.Background(), 10*time.Minute)
@@ -454,7 +454,7 @@ func newTraceRun(t *testing.T, newBackend Factory) *traceRun {
 	// never be dropped from the queue, which would reorder it.
 	var clients [2]*lock.Client
 	for i := range clients {
-		b := &traceBackend{Backend: newBackend(t), inflight: &r.inflight}
+		b := &traceBackend{capable: newBackend(t), inflight: &r.inflight}
 		c, err := lock.NewClient(b, lock.WithWaiterTimeout(time.Minute))
 		if err != nil {
 			t.Fatalf("lock.NewClient: %v", err)

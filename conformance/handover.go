@@ -73,7 +73,7 @@ func testX12StaleGrant(t *testing.T, s *suite) {
 	waiter := wp.mutex(t, name)
 	mustLock(t, holder)
 	// A grant "from the past": server time 1 ms after the epoch.
-	r := fakeGrantIgnored(t, holder, wp, waiter, `return redis.call('publish', KEYS[1], ARGV[1])`,
+	r := fakeGrantIgnored(t, holder, wp, waiter, `return redis.call('`+wakeCmd(wp.b)+`', KEYS[1], ARGV[1])`,
 		"grant:999999999:1", "the waiter", "a stale grant message")
 	if r.h.Token() == 999999999 {
 		t.Error("the waiter holds with the stale grant's token")
@@ -101,7 +101,7 @@ func testX12SpentGrant(t *testing.T, s *suite) {
 	// The spent grant announced again, with the server's time now: newer
 	// than the call's latest attempt, so only the token tells it is spent.
 	r := fakeGrantIgnored(t, holder, wp, waiter, `local t = redis.call('time')
-return redis.call('publish', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[1] * 1000000 + t[2]))`,
+return redis.call('`+wakeCmd(wp.b)+`', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', t[1] * 1000000 + t[2]))`,
 		fmt.Sprintf("grant:%d", spent), "the owner's second call", fmt.Sprintf("the spent grant %d while another owner holds", spent))
 	if r.h.Token() <= spent {
 		t.Errorf("the second call holds with token %d, not newer than the spent grant's %d", r.h.Token(), spent)

@@ -23,14 +23,14 @@ func historyRegressionCases() []testCase {
 
 // replyGate delays the reply of one script until a hook has run.
 type replyGate struct {
-	backend.Backend
+	capable
 	mu     sync.Mutex
 	script string
 	hook   func() // run once, after script ran and before its reply returns
 }
 
 func (g *replyGate) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	rep, err := g.Backend.Eval(ctx, s, keys, args)
+	rep, err := g.capable.Eval(ctx, s, keys, args)
 	g.mu.Lock()
 	var hook func()
 	if s.Name == g.script {
@@ -45,7 +45,7 @@ func (g *replyGate) Eval(ctx context.Context, s *backend.Script, keys, args []st
 
 // WatchKey forwards to the backend under test (see linBackend.WatchKey).
 func (g *replyGate) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return watchKeyOf(ctx, g.Backend, key)
+	return watchKeyOf(ctx, g.capable, key)
 }
 
 // testForceUnlockRacingOwnGrant: an owner waits in Lock for a lock another
@@ -65,7 +65,7 @@ func (g *replyGate) WatchKey(ctx context.Context, key string) (*backend.Subscrip
 // waiting Lock has returned.
 func testForceUnlockRacingOwnGrant(t *testing.T, s *suite) {
 	name := historyLockName(t)
-	gate := &replyGate{Backend: s.newBackend(t), script: "force_unlock"}
+	gate := &replyGate{capable: s.newBackend(t), script: "force_unlock"}
 	c, err := lock.NewClient(gate)
 	if err != nil {
 		t.Fatalf("lock.NewClient: %v", err)
@@ -129,7 +129,7 @@ func testForceUnlockRacingOwnGrant(t *testing.T, s *suite) {
 // another. A call whose context does not end within lateGateHold is
 // delivered in order.
 type lateGate struct {
-	backend.Backend
+	capable
 	owner  string
 	nth    int           // which acquire call of owner to park
 	parked chan struct{} // closed when the call is parked
@@ -165,12 +165,12 @@ func (g *lateGate) Eval(ctx context.Context, s *backend.Script, keys, args []str
 			}
 		}
 	}
-	return g.Backend.Eval(ctx, s, keys, args)
+	return g.capable.Eval(ctx, s, keys, args)
 }
 
 // WatchKey forwards to the backend under test (see linBackend.WatchKey).
 func (g *lateGate) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return watchKeyOf(ctx, g.Backend, key)
+	return watchKeyOf(ctx, g.capable, key)
 }
 
 // deliver sends the parked request to the server now, if it is still
@@ -184,7 +184,7 @@ func (g *lateGate) deliver(t *testing.T) {
 	if c == nil {
 		return
 	}
-	if _, err := g.Backend.Eval(ctxFor(t, eventually), c.Script, c.Keys, c.Args); err != nil {
+	if _, err := g.capable.Eval(ctxFor(t, eventually), c.Script, c.Keys, c.Args); err != nil {
 		t.Fatalf("delivering the parked acquire: %v", err)
 	}
 }
@@ -212,7 +212,7 @@ func testAcquireLandingAfterCancel(t *testing.T, s *suite) {
 	holder := s.newProc(t).mutex(t, name)
 	mustLock(t, holder)
 
-	gate := &lateGate{Backend: s.newBackend(t), nth: 2, parked: make(chan struct{})}
+	gate := &lateGate{capable: s.newBackend(t), nth: 2, parked: make(chan struct{})}
 	c, err := lock.NewClient(gate)
 	if err != nil {
 		t.Fatalf("lock.NewClient: %v", err)

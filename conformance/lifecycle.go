@@ -41,7 +41,7 @@ var errInjected = errors.New("conformance: injected connection error")
 // which every call waits for its context and fails, and a hook run before
 // a script is sent.
 type faultyBackend struct {
-	backend.Backend
+	capable
 	partitioned atomic.Bool
 
 	mu       sync.Mutex
@@ -51,7 +51,7 @@ type faultyBackend struct {
 }
 
 func newFaulty(t *testing.T, s *suite) *faultyBackend {
-	return &faultyBackend{Backend: s.newBackend(t), failed: map[string]bool{}, loseNext: map[string]int{}}
+	return &faultyBackend{capable: s.newBackend(t), failed: map[string]bool{}, loseNext: map[string]int{}}
 }
 
 // lose makes the next n calls of the named script run on the server and
@@ -91,7 +91,7 @@ func (b *faultyBackend) Eval(ctx context.Context, s *backend.Script, keys, args 
 	if before != nil {
 		before(s, keys, args)
 	}
-	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	rep, err := b.capable.Eval(ctx, s, keys, args)
 	if lose && err == nil {
 		return backend.Reply{}, errInjected
 	}
@@ -107,14 +107,14 @@ func (b *faultyBackend) EvalBatch(ctx context.Context, calls []backend.Call) []b
 		}
 		return out
 	}
-	return b.Backend.EvalBatch(ctx, calls)
+	return b.capable.EvalBatch(ctx, calls)
 }
 
 func (b *faultyBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
 	if b.partitioned.Load() {
 		return nil, b.cut(ctx)
 	}
-	return b.Backend.Subscribe(ctx, channel)
+	return b.capable.Subscribe(ctx, channel)
 }
 
 // client returns a lock client on b, closed at cleanup.
@@ -408,7 +408,7 @@ func testX13LateRetry(t *testing.T, s *suite) {
 		if sc.Name == "unlock" && calls.Add(1) == 2 {
 			for _, k := range keys {
 				if strings.HasPrefix(k, "redisson_unlock_latch:") {
-					evalRaw(t, fb.Backend, `return redis.call('del', KEYS[1])`, []string{k})
+					evalRaw(t, fb.capable, `return redis.call('del', KEYS[1])`, []string{k})
 				}
 			}
 		}
@@ -533,14 +533,14 @@ func testX14LostReplyRetried(t *testing.T, s *suite) {
 // parkBackend holds the reply of the first acquire script call until
 // release is closed, after the script ran on the server.
 type parkBackend struct {
-	backend.Backend
+	capable
 	parked  chan struct{}
 	release chan struct{}
 	once    sync.Once
 }
 
 func (b *parkBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	rep, err := b.capable.Eval(ctx, s, keys, args)
 	if s.Name == "acquire" {
 		b.once.Do(func() {
 			close(b.parked)
@@ -555,7 +555,7 @@ func (b *parkBackend) Eval(ctx context.Context, s *backend.Script, keys, args []
 // it used to stay held, by nobody, for the whole lease.
 func testX5CloseDuringAcquire(t *testing.T, s *suite) {
 	name := lockName(t)
-	pb := &parkBackend{Backend: s.newBackend(t), parked: make(chan struct{}), release: make(chan struct{})}
+	pb := &parkBackend{capable: s.newBackend(t), parked: make(chan struct{}), release: make(chan struct{})}
 	c, err := lock.NewClient(pb)
 	if err != nil {
 		t.Fatal(err)

@@ -542,7 +542,7 @@ func (t linReleaseTracker) End(r observe.ReleaseResult) {
 // linBackend wraps the backend under test: it notes failed acquire
 // script calls and records the leave script as a leave operation.
 type linBackend struct {
-	backend.Backend
+	capable
 	actors map[string]*linActor // hash key + "\x00" + owner field
 }
 
@@ -552,10 +552,10 @@ func (b *linBackend) Eval(ctx context.Context, s *backend.Script, keys, args []s
 		a = b.actors[linKey(keys[0], args[0])]
 	}
 	if a == nil {
-		return b.Backend.Eval(ctx, s, keys, args)
+		return b.capable.Eval(ctx, s, keys, args)
 	}
 	call := a.h.now()
-	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	rep, err := b.capable.Eval(ctx, s, keys, args)
 	ret := a.h.now()
 	switch s.Name {
 	case "acquire":
@@ -592,7 +592,7 @@ func (b *linBackend) Eval(ctx context.Context, s *backend.Script, keys, args []s
 // WatchKey forwards to the backend under test when it can watch keys, so
 // the lock takes the same paths as without the wrapper.
 func (b *linBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return watchKeyOf(ctx, b.Backend, key)
+	return watchKeyOf(ctx, b.capable, key)
 }
 
 // watchKeyOf calls b's WatchKey, or says it has none.
@@ -783,14 +783,14 @@ const (
 
 // recordLinHistory runs the concurrent workload on backends from
 // newBackend and returns its history.
-func recordLinHistory(t *testing.T, newBackend Factory, seed uint64) *linHistory {
+func recordLinHistory(t *testing.T, newBackend func(testing.TB) capable, seed uint64) *linHistory {
 	t.Helper()
 	h := &linHistory{start: time.Now()}
 	ob := &linObserver{actors: map[string]*linActor{}}
 	var wrappers []*linBackend
 	var clients [2]*lock.Client
 	for i := range clients {
-		wb := &linBackend{Backend: newBackend(t), actors: map[string]*linActor{}}
+		wb := &linBackend{capable: newBackend(t), actors: map[string]*linActor{}}
 		c, err := lock.NewClient(wb, lock.WithObserver(ob), lock.WithWaiterTimeout(time.Minute))
 		if err != nil {
 			t.Fatalf("lock.NewClient: %v", err)

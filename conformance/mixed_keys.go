@@ -134,7 +134,7 @@ func testX11DeadGoHead(t *testing.T, s *suite) {
 	name := lockName(t)
 	holder := s.newProc(t).mutex(t, name)
 	mustLock(t, holder)
-	cb := &crashableBackend{Backend: s.newBackend(t)}
+	cb := &crashableBackend{capable: s.newBackend(t)}
 	dead := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(waiterTimeout)), name)
 	goAcquire(func() (*lock.Hold, error) { return dead.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, holder, 1)
@@ -190,7 +190,7 @@ func deadGoHeadAfterJava(t *testing.T, s *suite, withLeft bool) {
 		t.Fatal(err)
 	}
 	spy := s.newProc(t).mutex(t, name)
-	cb := &crashableBackend{Backend: s.newBackend(t)}
+	cb := &crashableBackend{capable: s.newBackend(t)}
 	// A heartbeat the head sent just before it crashed can reach the
 	// server just after the release and take the lock (a real crash can
 	// do that too); its lease, no longer renewed, then bounds the wait
@@ -291,10 +291,10 @@ func testX15Keys(t *testing.T, s *suite) {
 	})
 	t.Run("crashed", func(t *testing.T) {
 		name := lockName(t)
-		hb := &crashableBackend{Backend: s.newBackend(t)}
+		hb := &crashableBackend{capable: s.newBackend(t)}
 		holder := mutexOf(t, clientOn(t, hb, opts...), name)
 		h1 := mustLock(t, holder)
-		wb := &crashableBackend{Backend: s.newBackend(t)}
+		wb := &crashableBackend{capable: s.newBackend(t)}
 		waiter := mutexOf(t, clientOn(t, wb, opts...), name)
 		goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, spy.mutex(t, name), 1)
@@ -310,7 +310,7 @@ func testX15Keys(t *testing.T, s *suite) {
 		name := lockName(t)
 		holder := s.newProc(t, opts...).mutex(t, name)
 		mustLock(t, holder)
-		wb := &crashableBackend{Backend: s.newBackend(t)}
+		wb := &crashableBackend{capable: s.newBackend(t)}
 		waiter := mutexOf(t, clientOn(t, wb, opts...), name)
 		goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, holder, 1)

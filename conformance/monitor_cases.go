@@ -92,7 +92,7 @@ func testX8ConstantWork(t *testing.T, s *suite) {
 		heartbeat = count(func() {
 			// Nudge the waiter to run acquire again: a wake-up message.
 			done := tp.b.count("acquire" + doneSuffix)
-			evalRaw(t, p.b, `return redis.call('publish', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner()})
+			evalRaw(t, p.b, `return redis.call('`+wakeCmd(p.b)+`', KEYS[1], '0')`, []string{"redisson_lock__channel:{" + name + "}:" + tail.Owner()})
 			redistest.Eventually(t, eventually, "the waiter's heartbeat", func() bool { return tp.b.count("acquire"+doneSuffix) > done })
 		})
 		tcancel()

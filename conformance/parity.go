@@ -132,7 +132,7 @@ func (e *exclusion) critical(ctx context.Context, owner string) error {
 // crashableBackend simulates a process crash under a lock client: after
 // crash, nothing reaches Redis any more (no leave, no cleanup).
 type crashableBackend struct {
-	backend.Backend
+	capable
 	crashed atomic.Bool
 }
 
@@ -145,7 +145,7 @@ func (b *crashableBackend) Eval(ctx context.Context, s *backend.Script, keys, ar
 	if b.crashed.Load() {
 		return backend.Reply{}, errCrashed
 	}
-	return b.Backend.Eval(ctx, s, keys, args)
+	return b.capable.Eval(ctx, s, keys, args)
 }
 
 func (b *crashableBackend) EvalBatch(ctx context.Context, calls []backend.Call) []backend.Result {
@@ -156,14 +156,14 @@ func (b *crashableBackend) EvalBatch(ctx context.Context, calls []backend.Call) 
 		}
 		return out
 	}
-	return b.Backend.EvalBatch(ctx, calls)
+	return b.capable.EvalBatch(ctx, calls)
 }
 
 func (b *crashableBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
 	if b.crashed.Load() {
 		return nil, errCrashed
 	}
-	return b.Backend.Subscribe(ctx, channel)
+	return b.capable.Subscribe(ctx, channel)
 }
 
 // P1 (upstream testLockAcquiredBooleanTimeoutDrift_Descrete): eight owners
@@ -393,7 +393,7 @@ func testP5TryLockBudget(t *testing.T, s *suite) {
 	ch := goAcquire(func() (*lock.Hold, error) { return tryer.TryLockWithLease(ctxFor(t, eventually), wait, time.Second) })
 	waitQueued(t, holder, 1)
 	channel := "redisson_lock__channel:{" + name + "}:" + tryer.Owner()
-	evalRaw(t, p.b, `return redis.call('publish', ARGV[1], '0')`, []string{name}, channel)
+	evalRaw(t, p.b, `return redis.call('`+wakeCmd(p.b)+`', ARGV[1], '0')`, []string{name}, channel)
 	r := await(t, ch, wait+eventually, "TryLock")
 	took := r.at.Sub(start)
 	if !errors.Is(r.err, lock.ErrNotAcquired) {

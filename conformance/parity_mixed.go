@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
 )
 
@@ -276,12 +275,12 @@ func testX11RedissonWakesGo(t *testing.T, s *suite) {
 
 // messageOnly hides a backend's optional capabilities (backend.KeyWatcher):
 // a waiter on it learns of a release only by a wake-up message or a timer.
-type messageOnly struct{ backend.Backend }
+type messageOnly struct{ capable }
 
 // newMessageOnlyProc is newProc on a messageOnly backend.
 func (s *suite) newMessageOnlyProc(t *testing.T, opts ...lock.Option) *proc {
 	t.Helper()
-	b := &countingBackend{Backend: messageOnly{s.newBackend(t)}, counts: map[string]int{}}
+	b := &countingBackend{capable: messageOnly{s.newBackend(t)}, counts: map[string]int{}}
 	c, err := lock.NewClient(b, opts...)
 	if err != nil {
 		t.Fatalf("lock.NewClient: %v", err)

@@ -203,7 +203,7 @@ func testP9CrashedWaiter(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	holder := p.mutex(t, name)
 	mustLock(t, holder)
-	cb := &crashableBackend{Backend: s.newBackend(t)}
+	cb := &crashableBackend{capable: s.newBackend(t)}
 	cc, err := lock.NewClient(cb, lock.WithWaiterTimeout(waiterTimeout))
 	if err != nil {
 		t.Fatal(err)

@@ -205,10 +205,10 @@ var errRedissonNotHeld = errors.New("redisson: attempt to unlock lock, not locke
 
 // redissonClient is one Redisson client instance: one UUID, one backend.
 type redissonClient struct {
-	b       backend.Backend
+	b       capable
 	id      string
 	slack   time.Duration // fairLockWaitTimeout
-	publish string
+	publish string        // "spublish" on a cluster, as Redisson 3.22+ on Redis 7
 
 	mu    sync.Mutex
 	calls map[string]int // script calls by name, and completed ones (name + doneSuffix)
@@ -233,17 +233,29 @@ func (s *suite) newRedisson(t *testing.T, opts ...redissonOption) *redissonClien
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
+	cb := s.newBackend(t)
 	c := &redissonClient{
-		b:       s.newBackend(t),
+		b:       cb,
 		id:      h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32],
 		slack:   redissonSlack,
 		publish: "publish",
 		calls:   map[string]int{},
 	}
+	if cb.Sharded() {
+		c.publish = "spublish"
+	}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
+}
+
+// subscribe listens on channel as Redisson does: SSUBSCRIBE on a cluster.
+func (c *redissonClient) subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if c.publish == "spublish" {
+		return c.b.SSubscribe(ctx, channel)
+	}
+	return c.b.Subscribe(ctx, channel)
 }
 
 func (c *redissonClient) eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
@@ -346,7 +358,7 @@ func (l *redissonLock) lockWithLease(ctx context.Context, lease time.Duration) e
 	if err != nil || held {
 		return err
 	}
-	sub, err := l.c.b.Subscribe(ctx, l.channel+":"+l.field)
+	sub, err := l.c.subscribe(ctx, l.channel+":"+l.field)
 	if err != nil {
 		return err
 	}
@@ -408,7 +420,7 @@ func (l *redissonLock) tryLock(ctx context.Context, waitTime, lease time.Duratio
 		return giveUp()
 	}
 	sctx, cancel := context.WithTimeout(ctx, left)
-	sub, err := l.c.b.Subscribe(sctx, l.channel+":"+l.field)
+	sub, err := l.c.subscribe(sctx, l.channel+":"+l.field)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

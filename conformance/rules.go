@@ -58,7 +58,8 @@ func ruleCases() []testCase {
 		{name: "X8_LeaveFromTheMiddleLeavesADeadEntry", run: testX8LeaveFromTheMiddle},
 		{name: "X10_BadInputTouchesNothing", run: testX10BadInput},
 		{name: "P2_500OwnersEachAcquireOnce", run: testManyOwners},
-		{name: "X11_ShardedPublishStillWakesWaiters", run: testShardedPublish},
+		{name: "X17_EveryPublishModeWakesItsWaiters", run: testX17EveryPublishMode},
+		{name: "X17_ShardedWakeUpsStayInTheShard", run: testX17ShardedWakeUpsStayInTheShard},
 	}
 }
 

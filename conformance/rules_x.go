@@ -575,10 +575,68 @@ func testManyOwners(t *testing.T, s *suite) {
 	}
 }
 
-func testShardedPublish(t *testing.T, s *suite) {
+// testX17EveryPublishMode: in each WithPublish mode, a holder's unlock
+// wakes a waiter of the same mode; PublishSharded needs a cluster backend
+// and is refused elsewhere; a PublishBoth holder also wakes a plain
+// waiter.
+func testX17EveryPublishMode(t *testing.T, s *suite) {
+	cluster := s.newBackend(t).Sharded()
+	for _, mode := range []struct {
+		name string
+		p    lock.Publish
+	}{{"auto", lock.PublishAuto}, {"plain", lock.PublishPlain}, {"sharded", lock.PublishSharded}, {"both", lock.PublishBoth}} {
+		t.Run(mode.name, func(t *testing.T) {
+			name := lockName(t)
+			if mode.p == lock.PublishSharded && !cluster {
+				if _, err := lock.NewClient(s.newBackend(t), lock.WithPublish(mode.p)); !errors.Is(err, lock.ErrInvalidArgument) {
+					t.Fatalf("PublishSharded without a cluster backend: %v, want ErrInvalidArgument", err)
+				}
+				return
+			}
+			holder := s.newProc(t, lock.WithPublish(mode.p)).mutex(t, name)
+			wp := s.newProc(t, lock.WithPublish(mode.p), lock.WithWaiterTimeout(60*time.Second))
+			mustLock(t, holder)
+			handOver(t, holder, wp, wp.mutex(t, name), slack, "waiter after unlock, "+mode.name, func() { mustUnlock(t, holder) })
+		})
+	}
+	t.Run("both wakes plain", func(t *testing.T) {
+		name := lockName(t)
+		holder := s.newProc(t, lock.WithPublish(lock.PublishBoth)).mutex(t, name)
+		wp := s.newProc(t, lock.WithPublish(lock.PublishPlain), lock.WithWaiterTimeout(60*time.Second))
+		mustLock(t, holder)
+		handOver(t, holder, wp, wp.mutex(t, name), slack, "plain waiter after unlock by both", func() { mustUnlock(t, holder) })
+	})
+}
+
+// testX17ShardedWakeUpsStayInTheShard: on a cluster, a hand-over with the
+// default options wakes the waiter without PUBLISH - a plain subscriber
+// of the waiter's channel, which a PUBLISH on any node would reach over
+// the cluster bus, hears nothing - while a plain waiter of a PublishPlain
+// client is woken through the same kind of subscriber.
+func testX17ShardedWakeUpsStayInTheShard(t *testing.T, s *suite) {
+	if !s.newBackend(t).Sharded() {
+		t.Skip("a cluster case: the backend under test talks to one server")
+	}
 	name := lockName(t)
-	holder := s.newProc(t, lock.WithShardedPublish()).mutex(t, name)
-	wp := s.newProc(t, lock.WithShardedPublish(), lock.WithWaiterTimeout(60*time.Second))
-	mustLock(t, holder)
-	handOver(t, holder, wp, wp.mutex(t, name), slack, "waiter after unlock with sharded publish", func() { mustUnlock(t, holder) })
+	holder := s.newProc(t).mutex(t, name)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
+	channel := "redisson_lock__channel:{" + name + "}:" + waiter.Owner()
+	ear, err := s.newBackend(t).Subscribe(ctxFor(t, eventually), channel)
+	if err != nil {
+		t.Fatalf("SUBSCRIBE %s: %v", channel, err)
+	}
+	defer ear.Close()
+	for range 3 {
+		mustLock(t, holder)
+		handOver(t, holder, wp, waiter, slack, "sharded waiter after unlock", func() { mustUnlock(t, holder) })
+		mustUnlock(t, waiter)
+	}
+	select {
+	case e := <-ear.Events():
+		if !e.Reconnect {
+			t.Errorf("a plain subscriber heard %q: a wake-up crossed the cluster bus", e.Payload)
+		}
+	case <-time.After(100 * time.Millisecond): // any PUBLISH had time to arrive
+	}
 }

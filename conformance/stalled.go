@@ -25,7 +25,7 @@ import (
 // or WatchKey (watch) waits until the test resumes it or its context
 // ends, and then fails. Scripts run as usual.
 type stallingBackend struct {
-	backend.Backend
+	capable
 	subscribe, watch atomic.Bool
 	resume           chan struct{}
 	once             sync.Once
@@ -38,7 +38,7 @@ type stallingBackend struct {
 // test does (register it after the lock clients on it, so that it ends
 // before they close).
 func newStalling(t *testing.T, s *suite) *stallingBackend {
-	return &stallingBackend{Backend: s.newBackend(t), resume: make(chan struct{}), stalled: map[string]int{}}
+	return &stallingBackend{capable: s.newBackend(t), resume: make(chan struct{}), stalled: map[string]int{}}
 }
 
 // stalling reports whether a call for the channel or key waits in the
@@ -78,7 +78,7 @@ func (b *stallingBackend) Subscribe(ctx context.Context, channel string) (*backe
 	if err := b.stall(ctx, &b.subscribe, channel); err != nil {
 		return nil, err
 	}
-	return b.Backend.Subscribe(ctx, channel)
+	return b.capable.Subscribe(ctx, channel)
 }
 
 // WatchKey stalls while watch is on, also on a backend that cannot watch
@@ -87,7 +87,7 @@ func (b *stallingBackend) WatchKey(ctx context.Context, key string) (*backend.Su
 	if err := b.stall(ctx, &b.watch, key); err != nil {
 		return nil, err
 	}
-	kw, ok := b.Backend.(backend.KeyWatcher)
+	kw, ok := b.capable.(backend.KeyWatcher)
 	if !ok {
 		return nil, backend.ErrNotSupported
 	}

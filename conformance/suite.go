@@ -17,7 +17,7 @@ import (
 )
 
 type suite struct {
-	newBackend Factory
+	newBackend func(testing.TB) capable // the Factory, as the wrappers embed its backends
 	cfg        config
 }
 
@@ -30,7 +30,7 @@ type proc struct {
 // newProc builds a backend and a lock client on it, closed at cleanup.
 func (s *suite) newProc(t *testing.T, opts ...lock.Option) *proc {
 	t.Helper()
-	b := &countingBackend{Backend: s.newBackend(t), counts: map[string]int{}}
+	b := &countingBackend{capable: s.newBackend(t), counts: map[string]int{}}
 	c, err := lock.NewClient(b, opts...)
 	if err != nil {
 		t.Fatalf("lock.NewClient: %v", err)
@@ -204,7 +204,7 @@ func mustUnlock(t *testing.T, m *lock.Mutex) {
 
 // countingBackend counts script calls by name and can drop replies.
 type countingBackend struct {
-	backend.Backend
+	capable
 	mu     sync.Mutex
 	counts map[string]int
 	// loseReply, if set, runs a script but reports a network error
@@ -236,7 +236,7 @@ func (b *countingBackend) Eval(ctx context.Context, s *backend.Script, keys, arg
 	b.counts[s.Name]++
 	lose := b.loseReply != nil && b.loseReply(s.Name)
 	b.mu.Unlock()
-	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	rep, err := b.capable.Eval(ctx, s, keys, args)
 	b.mu.Lock()
 	b.counts[s.Name+doneSuffix]++
 	b.mu.Unlock()
@@ -252,7 +252,7 @@ func (b *countingBackend) EvalBatch(ctx context.Context, calls []backend.Call) [
 		b.counts[c.Script.Name]++
 	}
 	b.mu.Unlock()
-	return b.Backend.EvalBatch(ctx, calls)
+	return b.capable.EvalBatch(ctx, calls)
 }
 
 // clientSubscribe counts the subscriptions to a lock client's own channel
@@ -269,7 +269,7 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 		b.counts["SUBSCRIBE"]++
 	}
 	b.mu.Unlock()
-	sub, err := b.Backend.Subscribe(ctx, channel)
+	sub, err := b.capable.Subscribe(ctx, channel)
 	if client && err == nil {
 		b.mu.Lock()
 		b.counts[clientSubscribe+doneSuffix]++
@@ -286,7 +286,7 @@ func (b *countingBackend) Subscribe(ctx context.Context, channel string) (*backe
 
 // WatchKey forwards to the backend under test when it can watch keys.
 func (b *countingBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	kw, ok := b.Backend.(backend.KeyWatcher)
+	kw, ok := b.capable.(backend.KeyWatcher)
 	b.mu.Lock()
 	ok = ok && !b.noWatch
 	if ok {
@@ -302,7 +302,7 @@ func (b *countingBackend) WatchKey(ctx context.Context, key string) (*backend.Su
 // EvalWait forwards to the backend under test when it can wait for
 // replicas.
 func (b *countingBackend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
-	rw, ok := b.Backend.(backend.ReplicaWaiter)
+	rw, ok := b.capable.(backend.ReplicaWaiter)
 	if !ok {
 		return backend.Reply{}, 0, backend.ErrNotSupported
 	}

@@ -65,7 +65,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
 	}
-	cfg := config{lease: defaultLease, waiterTimeout: defaultWaiterTimeout, redissonSlack: defaultRedissonSlack, publish: "publish"}
+	cfg := config{lease: defaultLease, waiterTimeout: defaultWaiterTimeout, redissonSlack: defaultRedissonSlack}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
@@ -82,10 +82,8 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
 	scripts := wire.NewScripts()
-	if !cfg.evictionRisk {
-		if err := readMemoryPolicy(context.Background(), b, scripts); err != nil {
-			return nil, err
-		}
+	if err := cfg.readServer(b, scripts); err != nil {
+		return nil, err
 	}
 	c := &Client{
 		b:       b,
@@ -307,4 +305,14 @@ const cleanupTimeout = 2 * time.Second
 // cleanupContext keeps ctx's values (trace spans) but not its cancellation.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// subscribe subscribes to a lock's wake-up channel the way the client
+// listens: SSUBSCRIBE at the lock's shard when it wakes waiters sharded
+// (WithPublish), SUBSCRIBE otherwise.
+func (c *Client) subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if c.cfg.sharded {
+		return c.b.(backend.ShardedSubscriber).SSubscribe(ctx, channel)
+	}
+	return c.b.Subscribe(ctx, channel)
 }

@@ -16,7 +16,7 @@ import (
 // server with a memory limit and any policy but noeviction may evict a
 // held lock's hash when memory runs short, and the next waiter then gets
 // the lock while the holder still works. NewClient reads the policy
-// (memory_policy.lua: INFO memory) and refuses such a server unless
+// (server_info.lua: INFO memory) and refuses such a server unless
 // WithEvictionRisk accepts it; after a reconnect of the subscription
 // connection the client reads it again, and while the server may evict,
 // acquires fail with ErrEvictionPolicy. A server that does not tell (INFO
@@ -40,19 +40,32 @@ func (p *memoryPolicy) err() error {
 	return nil
 }
 
+// readServer reads the server's memory policy and version (server_info.lua),
+// and reports whether the server told.
+func readServer(ctx context.Context, b backend.Backend, s *wire.Scripts) (wire.Server, bool) {
+	ctx, cancel := context.WithTimeout(ctx, memoryCheckTimeout)
+	defer cancel()
+	call := wire.ServerInfo(s)
+	rep, err := b.Eval(ctx, call.Script, call.Keys, call.Args)
+	if err != nil {
+		return wire.Server{}, false // the server does not tell, or cannot be reached now
+	}
+	m, err := wire.DecodeServer(rep)
+	return m, err == nil
+}
+
 // readMemoryPolicy reads the server's memory policy and returns
 // ErrEvictionPolicy, wrapped with what the server said, when it may evict
 // lock keys; nil when it will not or does not tell.
 func readMemoryPolicy(ctx context.Context, b backend.Backend, s *wire.Scripts) error {
-	ctx, cancel := context.WithTimeout(ctx, memoryCheckTimeout)
-	defer cancel()
-	call := wire.MemoryPolicy(s)
-	rep, err := b.Eval(ctx, call.Script, call.Keys, call.Args)
-	if err != nil {
-		return nil // the server does not tell, or cannot be reached now
-	}
-	m, err := wire.DecodeMemory(rep)
-	if err != nil || !m.Evicts() {
+	m, _ := readServer(ctx, b, s)
+	return evictionError(m)
+}
+
+// evictionError is ErrEvictionPolicy, wrapped with what the server said,
+// when m may evict lock keys; nil otherwise.
+func evictionError(m wire.Server) error {
+	if !m.Evicts() {
 		return nil
 	}
 	return fmt.Errorf("%w: maxmemory %d bytes with maxmemory-policy %s evicts keys with a TTL when memory is full, a held lock among them, and the next waiter then gets it while the holder still works; set maxmemory-policy noeviction (or no maxmemory) on the server, or accept the risk with lock.WithEvictionRisk()", ErrEvictionPolicy, m.MaxMemory, m.Policy)
@@ -61,9 +74,6 @@ func readMemoryPolicy(ctx context.Context, b backend.Backend, s *wire.Scripts) e
 // recheckMemory reads the policy again (after a reconnect) and records the
 // finding for the acquires to come.
 func (c *Client) recheckMemory(ctx context.Context) {
-	if c.cfg.evictionRisk {
-		return
-	}
 	if err := readMemoryPolicy(ctx, c.b, c.scripts); err != nil {
 		c.memory.evicts.Store(&err)
 		return
@@ -99,4 +109,43 @@ func outOfMemory(err error) error {
 		return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
 	return err
+}
+
+// readServer reads what NewClient needs to know of the server - its memory
+// policy (unless WithEvictionRisk) and, for PublishAuto on a cluster,
+// whether it has sharded pub/sub - and settles how the client wakes
+// waiters (WithPublish). It fails with ErrEvictionPolicy for a server
+// that may evict lock keys, and with ErrInvalidArgument for
+// PublishSharded without a cluster backend.
+func (c *config) readServer(b backend.Backend, s *wire.Scripts) error {
+	ss, ok := b.(backend.ShardedSubscriber)
+	cluster := ok && ss.Sharded()
+	var server wire.Server
+	told := false
+	if !c.evictionRisk || (c.wakeUps == PublishAuto && cluster) {
+		server, told = readServer(context.Background(), b, s)
+	}
+	if !c.evictionRisk {
+		if err := evictionError(server); err != nil {
+			return err
+		}
+	}
+	switch c.wakeUps {
+	case PublishAuto:
+		c.sharded = cluster && told && server.ShardedPubSub()
+		c.publish = "publish"
+		if c.sharded {
+			c.publish = "spublish"
+		}
+	case PublishPlain:
+		c.publish = "publish"
+	case PublishSharded:
+		if !cluster {
+			return fmt.Errorf("%w: PublishSharded needs a cluster backend (a backend.ShardedSubscriber whose Sharded reports true)", ErrInvalidArgument)
+		}
+		c.sharded, c.publish = true, "spublish"
+	case PublishBoth:
+		c.sharded, c.publish = cluster, "publish,spublish"
+	}
+	return nil
 }

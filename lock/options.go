@@ -39,7 +39,9 @@ type config struct {
 	lease         time.Duration
 	waiterTimeout time.Duration
 	keyPrefix     string
-	publish       string
+	wakeUps       Publish // WithPublish
+	publish       string  // the scripts' publish commands, resolved by NewClient
+	sharded       bool    // waiters listen with SSubscribe, resolved by NewClient
 	observer      observe.Observer
 	redissonSlack time.Duration
 	replicas      int                  // X9: replicas that must acknowledge an acquire
@@ -114,16 +116,43 @@ func WithKeyPrefix(prefix string) Option {
 	}
 }
 
-// WithShardedPublish makes the scripts wake waiters with SPUBLISH as well
-// as PUBLISH (default PUBLISH only). Turn it on for Redis 7 clusters shared
-// with Redisson clients, whose waiters subscribe with SSUBSCRIBE there.
-// fairlock's own waiters subscribe with plain SUBSCRIBE, which Redis
-// Cluster delivers from any node, so they need nothing else. Wake-ups that
-// Redisson sends with SPUBLISH do not reach fairlock waiters; those notice
-// within their heartbeat or the lease left, whichever is first.
-func WithShardedPublish() Option {
+// Publish says how the scripts wake waiters (PUBLISH, SPUBLISH or both)
+// and how waiters listen (SUBSCRIBE or SSUBSCRIBE); see WithPublish.
+type Publish int
+
+// The ways to wake waiters.
+const (
+	// PublishAuto, the default: sharded (SPUBLISH, SSUBSCRIBE) on a
+	// cluster - a backend.ShardedSubscriber whose Sharded reports true -
+	// whose server has sharded pub/sub (Redis 7.0+, Valkey 7.2+), as
+	// Redisson 3.22+ does there; plain otherwise, and also when NewClient
+	// cannot read the server's version (INFO refused).
+	PublishAuto Publish = iota
+	// PublishPlain wakes with PUBLISH and listens with SUBSCRIBE. On a
+	// cluster every wake-up then crosses the cluster bus to every node.
+	// For clusters shared with Redisson clients older than 3.22, or
+	// servers older than Redis 7.
+	PublishPlain
+	// PublishSharded wakes with SPUBLISH and listens with SSUBSCRIBE at the
+	// shard that owns the lock's slot. It needs a cluster backend
+	// (backend.ShardedSubscriber); NewClient fails otherwise.
+	PublishSharded
+	// PublishBoth wakes with SPUBLISH and PUBLISH, and listens sharded on a
+	// cluster backend, plain elsewhere: for a cluster shared with Redisson
+	// clients of both kinds (before and after 3.22).
+	PublishBoth
+)
+
+// WithPublish sets how the scripts wake waiters and how waiters listen
+// (default PublishAuto: sharded on a Redis 7+ cluster, plain elsewhere).
+// Every client of one lock, Redisson's included, must publish what the
+// others listen to.
+func WithPublish(p Publish) Option {
 	return func(c *config) error {
-		c.publish = "publish,spublish"
+		if p < PublishAuto || p > PublishBoth {
+			return fmt.Errorf("%w: unknown Publish %d", ErrInvalidArgument, int(p))
+		}
+		c.wakeUps = p
 		return nil
 	}
 }

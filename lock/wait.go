@@ -265,7 +265,7 @@ func (w *waiter) startSubscribe(ctx context.Context) {
 	c, channel := w.m.c, w.m.channel
 	w.subbing = c.goBackground(ctx, subscribeTimeout, func(ctx context.Context) (sub *backend.Subscription, err error) {
 		err = newRetrier(c.closing).do(ctx, func() (err error) {
-			sub, err = c.b.Subscribe(ctx, channel)
+			sub, err = c.subscribe(ctx, channel)
 			return err
 		})
 		return sub, err

@@ -140,7 +140,7 @@ func TestACLRecipe(t *testing.T) {
 	}{
 		{"default", []string{"commands", "default"}, nil},
 		{"prefix", []string{"commands", "prefix", "sharded", "cached"},
-			[]lock.Option{lock.WithKeyPrefix("app:"), lock.WithShardedPublish(), lock.WithCachedReads(time.Minute)}},
+			[]lock.Option{lock.WithKeyPrefix("app:"), lock.WithPublish(lock.PublishBoth), lock.WithCachedReads(time.Minute)}},
 	}
 	for _, l := range layouts {
 		for _, a := range adapters {

@@ -42,7 +42,7 @@ func TestCallsMatchScripts(t *testing.T) {
 		Prune{Wake: w}.Call(s, k),
 		Describe{Key: "d", Value: "{}", TTL: time.Second}.Call(s),
 		ReadDescription(s, "d"),
-		MemoryPolicy(s),
+		ServerInfo(s),
 	}
 	seen := map[string]bool{}
 	for _, c := range calls {
@@ -193,36 +193,42 @@ func TestCachedRead(t *testing.T) {
 	}
 }
 
-// TestMemoryPolicy: which memory policies may evict lock keys, and the
-// reply's shapes.
-func TestMemoryPolicy(t *testing.T) {
+// TestServerInfo: which memory policies may evict lock keys, which
+// versions have sharded pub/sub, and the reply's shapes.
+func TestServerInfo(t *testing.T) {
 	for _, tc := range []struct {
-		m      Memory
+		m      Server
 		evicts bool
 	}{
-		{Memory{0, "allkeys-lru"}, false},
-		{Memory{1 << 20, "noeviction"}, false},
-		{Memory{1 << 20, "allkeys-lru"}, true},
-		{Memory{1 << 20, "volatile-ttl"}, true},
-		{Memory{1 << 20, "volatile-lfu"}, true},
+		{Server{0, "allkeys-lru", "7.0.15"}, false},
+		{Server{1 << 20, "noeviction", "7.0.15"}, false},
+		{Server{1 << 20, "allkeys-lru", "7.0.15"}, true},
+		{Server{1 << 20, "volatile-ttl", "7.0.15"}, true},
+		{Server{1 << 20, "volatile-lfu", "7.0.15"}, true},
 	} {
 		if got := tc.m.Evicts(); got != tc.evicts {
 			t.Errorf("%+v: Evicts() = %v, want %v", tc.m, got, tc.evicts)
 		}
 	}
-	got, err := DecodeMemory(backend.ArrayReply(backend.IntReply(100), backend.StringReply("allkeys-lru")))
-	if err != nil || got != (Memory{100, "allkeys-lru"}) {
-		t.Errorf("DecodeMemory = %+v, %v", got, err)
+	for version, sharded := range map[string]bool{"7.0.0": true, "7.2.4": true, "8.0.1": true, "10.0": true, "6.2.14": false, "5": false, "": false, "x.1": false} {
+		if got := (Server{Version: version}).ShardedPubSub(); got != sharded {
+			t.Errorf("version %q: ShardedPubSub() = %v, want %v", version, got, sharded)
+		}
+	}
+	got, err := DecodeServer(backend.ArrayReply(backend.IntReply(100), backend.StringReply("allkeys-lru"), backend.StringReply("7.0.15")))
+	if err != nil || got != (Server{100, "allkeys-lru", "7.0.15"}) {
+		t.Errorf("DecodeServer = %+v, %v", got, err)
 	}
 	for _, bad := range []backend.Reply{
 		backend.IntReply(1),
-		backend.ArrayReply(backend.IntReply(100)),
-		backend.ArrayReply(backend.IntReply(-1), backend.StringReply("noeviction")),
-		backend.ArrayReply(backend.IntReply(100), backend.IntReply(2)),
-		backend.ArrayReply(backend.IntReply(100), backend.StringReply("")),
+		backend.ArrayReply(backend.IntReply(100), backend.StringReply("noeviction")),
+		backend.ArrayReply(backend.IntReply(-1), backend.StringReply("noeviction"), backend.StringReply("7.0.0")),
+		backend.ArrayReply(backend.IntReply(100), backend.IntReply(2), backend.StringReply("7.0.0")),
+		backend.ArrayReply(backend.IntReply(100), backend.StringReply(""), backend.StringReply("7.0.0")),
+		backend.ArrayReply(backend.IntReply(100), backend.StringReply("noeviction"), backend.IntReply(7)),
 	} {
-		if _, err := DecodeMemory(bad); !errors.Is(err, backend.ErrUnexpectedReply) {
-			t.Errorf("DecodeMemory(%+v): %v, want ErrUnexpectedReply", bad, err)
+		if _, err := DecodeServer(bad); !errors.Is(err, backend.ErrUnexpectedReply) {
+			t.Errorf("DecodeServer(%+v): %v, want ErrUnexpectedReply", bad, err)
 		}
 	}
 }

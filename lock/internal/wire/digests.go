@@ -10,9 +10,9 @@ var digests = map[string]string{
 	"force_unlock":     "2a00b586f05bf8389f6f5bde52eece8cd4c5dc41",
 	"inspect":          "03a9d551707f5372a57c43f6e7264b03df7b1b2c",
 	"leave":            "663ddb0f66b5681de5eee1f5fa32be81a140a0de",
-	"memory_policy":    "98c70b52dd459b5029ce594df89097617e308b0b",
 	"prune":            "5c39e3b88c9750cbf43c79d35ee022e5f652aa03",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
 	"renew":            "e2f3babb40417c46016ca57f87a026d7f76a52d6",
+	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
 	"unlock":           "87caa9709da918d9b9c220675d89b3a2534056f1",
 }

@@ -42,15 +42,15 @@ var (
 	describeLua string
 	//go:embed scripts/read_description.lua
 	readDescriptionLua string
-	//go:embed scripts/memory_policy.lua
-	memoryPolicyLua string
+	//go:embed scripts/server_info.lua
+	serverInfoLua string
 )
 
 // Scripts is every script fairlock runs, built once per client (no
 // package-level mutable state).
 type Scripts struct {
 	acquire, unlock, leave, renew, forceUnlock, deleteLock, inspect, prune *backend.Script
-	describe, readDescription, memoryPolicy                                *backend.Script
+	describe, readDescription, serverInfo                                  *backend.Script
 }
 
 // NewScripts builds the script set. Each script's SHA-1, the name EVALSHA
@@ -74,13 +74,13 @@ func NewScripts() *Scripts {
 		prune:           lock("prune", pruneLua),
 		describe:        script("describe", describeLua),
 		readDescription: script("read_description", readDescriptionLua),
-		memoryPolicy:    script("memory_policy", memoryPolicyLua),
+		serverInfo:      script("server_info", serverInfoLua),
 	}
 }
 
 // all returns every script of the set.
 func (s *Scripts) all() []*backend.Script {
-	return []*backend.Script{s.acquire, s.unlock, s.leave, s.renew, s.forceUnlock, s.deleteLock, s.inspect, s.prune, s.describe, s.readDescription, s.memoryPolicy}
+	return []*backend.Script{s.acquire, s.unlock, s.leave, s.renew, s.forceUnlock, s.deleteLock, s.inspect, s.prune, s.describe, s.readDescription, s.serverInfo}
 }
 
 // ms formats d as whole milliseconds, the unit of the scripts' arguments.
