@@ -121,12 +121,13 @@ func transient(err error) bool {
 
 // transientServerError reports whether an error reply comes from a server
 // that cannot answer now but will: still loading its data after a restart,
-// running a long script, in a cluster reconfiguration, or a former primary
-// after a failover.
+// running a long script, in a cluster reconfiguration (a slot moving or
+// moved, which the client library did not follow, or no quorum), or a
+// former primary after a failover. None of these ran the script.
 func transientServerError(msg string) bool {
 	code, _, _ := strings.Cut(msg, " ")
 	switch code {
-	case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY":
+	case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK":
 		return true
 	}
 	return false

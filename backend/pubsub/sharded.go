@@ -41,6 +41,7 @@ type ShardedHub struct {
 	routes map[uint16]string                // slot: the node that last served it
 	hubs   map[string]*Hub                  // by node address
 	subs   map[*backend.Subscription]*route // open Subscriptions
+	picks  int                              // turns through the known nodes for slots of unknown owner
 	closed bool
 
 	stop chan struct{}
@@ -89,7 +90,7 @@ func (h *ShardedHub) Subscribe(ctx context.Context, channel string) (*backend.Su
 	}
 	h.subs[s] = &route{deliver: deliver}
 	h.mu.Unlock()
-	if err := h.place(ctx, s, 0); err != nil {
+	if err := h.place(ctx, s); err != nil {
 		h.release(s)
 		return nil, err
 	}
@@ -97,11 +98,11 @@ func (h *ShardedHub) Subscribe(ctx context.Context, channel string) (*backend.Su
 }
 
 // place subscribes s at the node that owns its channel's slot, following
-// MOVED replies; try picks the node tried for a slot of unknown owner.
-func (h *ShardedHub) place(ctx context.Context, s *backend.Subscription, try int) error {
+// MOVED replies.
+func (h *ShardedHub) place(ctx context.Context, s *backend.Subscription) error {
 	slot := backend.Slot(s.Channel())
 	for range maxRedirects {
-		nh, addr, err := h.hubFor(slot, try)
+		nh, addr, err := h.hubFor(slot)
 		if err != nil {
 			return err
 		}
@@ -155,8 +156,8 @@ func (h *ShardedHub) settle(s *backend.Subscription, nh *Hub) bool {
 }
 
 // hubFor returns the hub of the node that serves slot: the one that last
-// did, or one the client knows.
-func (h *ShardedHub) hubFor(slot uint16, try int) (*Hub, string, error) {
+// did, or the next of the nodes the client knows, in turn.
+func (h *ShardedHub) hubFor(slot uint16) (*Hub, string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -168,7 +169,8 @@ func (h *ShardedHub) hubFor(slot uint16, try int) (*Hub, string, error) {
 		if len(nodes) == 0 {
 			return nil, "", fmt.Errorf("pubsub: no cluster node known to subscribe at")
 		}
-		addr = nodes[try%len(nodes)]
+		addr = nodes[h.picks%len(nodes)]
+		h.picks++
 	}
 	nh := h.hubs[addr]
 	if nh == nil {
@@ -246,12 +248,12 @@ func (h *ShardedHub) lost(channel string, subs map[*backend.Subscription]func(ba
 func (h *ShardedHub) follow(s *backend.Subscription) {
 	defer h.wg.Done()
 	delay := minFollow
-	for try := 1; try <= maxFollowTries; try++ {
+	for range maxFollowTries {
 		if !h.open(s) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), followTimeout)
-		err := h.place(ctx, s, try)
+		err := h.place(ctx, s)
 		cancel()
 		if err == nil {
 			h.deliverer(s)(backend.Event{Reconnect: true})

@@ -1,0 +1,42 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+)
+
+// TestTransient: which failures a request may be sent again after. The
+// cluster's redirections and reconfigurations ran no script, so they are
+// retried; a script's own error is final.
+func TestTransient(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"MOVED 3999 127.0.0.1:7001":                                     true,
+		"ASK 3999 127.0.0.1:7001":                                       true,
+		"TRYAGAIN Multiple keys request during rehashing of slot":       true,
+		"CLUSTERDOWN The cluster is down":                               true,
+		"LOADING Redis is loading the dataset in memory":                true,
+		"READONLY You can't write against a read only replica.":         true,
+		"NOPERM this user has no permissions":                           false,
+		"ERR user_script:1: Script attempted to access a non local key": false,
+		"OOM command not allowed when used memory > 'maxmemory'.":       false,
+	} {
+		err := fmt.Errorf("script acquire (EVALSHA): %w", &backend.ServerError{Message: msg})
+		if got := transient(err); got != want {
+			t.Errorf("transient(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	for _, err := range []error{errors.New("read tcp: connection reset by peer"), context.DeadlineExceeded} {
+		if !transient(err) {
+			t.Errorf("transient(%v) = false, want true", err)
+		}
+	}
+	for _, err := range []error{context.Canceled, backend.ErrClosed, ErrInvalidArgument} {
+		if transient(err) {
+			t.Errorf("transient(%v) = true, want false", err)
+		}
+	}
+}
