@@ -27,12 +27,33 @@ func main() {
 		quick   = flag.Bool("quick", false, "tiny settings: a smoke test of the whole run, not a measurement")
 		render  = flag.String("render", "", "measure nothing: write the report and chart from this raw-figures file of an earlier run")
 		timeout = flag.Duration("timeout", 9*time.Minute, "stop everything after this long")
+		cluster = flag.Bool("cluster", false, "run the cluster benchmark instead (a 3-primary cluster with replicas and a standalone server): writes its section of the report, -cluster-chart and -cluster-json")
+		cchart  = flag.String("cluster-chart", "benchmarks/cluster.svg", "the cluster benchmark's chart (SVG)")
+		cjson   = flag.String("cluster-json", "benchmarks/cluster.json", "the cluster benchmark's raw figures; a run of the other benchmarks keeps the report's cluster section from them")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *cluster {
+		set := clusterFull
+		if *quick {
+			set = clusterQuick
+		}
+		var err error
+		if *render != "" {
+			err = renderClusterFrom(*render, *out, *cchart)
+		} else {
+			err = runCluster(ctx, set, *binary, *out, *cchart, *cjson)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	clusterJSON, clusterChart = *cjson, *cchart
 	if *render != "" {
 		if err := renderFrom(*render, *out, *chart); err != nil {
 			fmt.Fprintln(os.Stderr, "benchmarks:", err)
@@ -109,21 +130,39 @@ func renderFrom(raw, out, chart string) error {
 	return writeReport(&res, out, chart)
 }
 
+// clusterJSON is the cluster benchmark's raw figures, whose section
+// writeReport keeps in the report ("" or a missing file: none).
+var clusterJSON, clusterChart string
+
 // writeReport writes the chart and the report, which links to the chart by
 // its path relative to the report.
 func writeReport(res *results, out, chart string) error {
-	rel := chart
-	if absOut, err := filepath.Abs(out); err == nil {
-		if absChart, err := filepath.Abs(chart); err == nil {
-			if r, err := filepath.Rel(filepath.Dir(absOut), absChart); err == nil {
+	rel := relPath(out, chart)
+	if err := os.WriteFile(chart, []byte(renderChart(res)), 0o644); err != nil {
+		return err
+	}
+	text := renderReport(res, rel)
+	// The cluster benchmark's section, from its own run's figures.
+	if section, err := clusterSectionFrom(clusterJSON, out, clusterChart); err != nil {
+		return err
+	} else if section != "" {
+		text = spliceCluster(text, section)
+	}
+	return os.WriteFile(out, []byte(text), 0o644)
+}
+
+// relPath is target's path relative to the report's directory, with
+// forward slashes (the report links to it).
+func relPath(report, target string) string {
+	rel := target
+	if absOut, err := filepath.Abs(report); err == nil {
+		if abs, err := filepath.Abs(target); err == nil {
+			if r, err := filepath.Rel(filepath.Dir(absOut), abs); err == nil {
 				rel = r
 			}
 		}
 	}
-	if err := os.WriteFile(chart, []byte(renderChart(res)), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(out, []byte(renderReport(res, filepath.ToSlash(rel))), 0o644)
+	return filepath.ToSlash(rel)
 }
 
 // round runs every scenario once, every lock in turn, so that a slow

@@ -78,3 +78,66 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("chart: %v\n%.200s", err, svg)
 	}
 }
+
+// TestClusterQuickRun runs the cluster benchmark with tiny settings (a
+// fresh 3-primary cluster with replicas and a standalone server) and
+// checks its section, chart and raw figures. About 40 s.
+func TestClusterQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a quick cluster run takes about 40 s")
+	}
+	binary := os.Getenv("FAIRLOCK_REDIS_SERVER")
+	if binary == "" {
+		binary = "/usr/bin/redis-server"
+		if p, err := exec.LookPath("redis-server"); err == nil {
+			binary = p
+		}
+	}
+	dir := t.TempDir()
+	out, chart, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "cluster.svg"), filepath.Join(dir, "cluster.json")
+	// The section goes after whatever the report holds.
+	if err := os.WriteFile(out, []byte("# Benchmarks\n\nbefore\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := runCluster(ctx, clusterQuick, binary, out, chart, raw); err != nil {
+		t.Fatal(err)
+	}
+	res, err := readClusterResults(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) > 0 {
+		t.Errorf("errors during the run: %q", res.Errors)
+	}
+	if want := 3 * len(clusterQuick.Contenders) * clusterQuick.Rounds; len(res.Contended) != want {
+		t.Errorf("%d contended runs, want %d", len(res.Contended), want)
+	}
+	for _, r := range res.Contended {
+		if r.Target.Cluster && (r.Owner < 0 || len(r.PerNode) != 6) {
+			t.Errorf("%s: owner %d, %d nodes", r.Target.Name, r.Owner, len(r.PerNode))
+		}
+	}
+	// Broadcast: every PUBLISH reaches the 5 other nodes over the bus.
+	for _, mi := range modelFrom(res).Modes {
+		if mi.Publish < 0.5 {
+			t.Errorf("%s: %.2f PUBLISH per acquisition at the slot's primary", mi.Mode, mi.Publish)
+		}
+	}
+	if m := res.Memory; m == nil || m.Held.Keys != int64(2*clusterQuick.MemoryNames) || m.Gone.Keys != 0 || len(m.Queued) != len(clusterQuick.MemoryWaiters) {
+		t.Errorf("memory: %+v", res.Memory)
+	}
+	report, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Benchmarks\n\nbefore\n", clusterBegin, "### 7a.", "### 7d.", clusterEnd, "(cluster.svg)"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report has no %q", want)
+		}
+	}
+	if svg, err := os.ReadFile(chart); err != nil || !strings.HasPrefix(string(svg), "<svg") {
+		t.Errorf("chart: %v", err)
+	}
+}

@@ -32,12 +32,20 @@ func startRedis(binary, dir string) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startRedisAt(binary, dir, port)
+}
+
+// startRedisAt starts binary on port with dir as its directory (its log
+// there too), and extra arguments after the usual ones.
+func startRedisAt(binary, dir string, port int, extra ...string) (*redisServer, error) {
+	var err error
 	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), exited: make(chan struct{})}
-	s.cmd = exec.Command(binary,
+	args := []string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--maxclients", "10000", "--loglevel", "warning",
-		"--logfile", dir+"/redis.log")
+		"--logfile", dir + "/redis.log"}
+	s.cmd = exec.Command(binary, append(args, extra...)...)
 	// The server dies with this process, whatever happens to it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

@@ -25,6 +25,10 @@ type retrier struct {
 	closing <-chan struct{}
 	last    error // the latest transient error, for the caller's final error
 	limit   int   // the most calls do makes; 0: no limit
+	// wake, when set, ends a pause early: a queued waiter's wake-ups,
+	// since a grant or a "you are first" that arrives while its attempt
+	// backs off from a cluster's TRYAGAIN is worth the next try at once.
+	wake <-chan backend.Event
 }
 
 // do calls op until it returns nil, an error retrying cannot fix (not
@@ -83,6 +87,8 @@ func (r *retrier) pause(ctx context.Context, err error) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-r.wake:
 		return nil
 	case <-ctx.Done():
 		return joinLine(ctx.Err(), unavailable(err))

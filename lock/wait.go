@@ -102,13 +102,19 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 // attempt runs acquire.lua under the owner's gate and applies its reply.
 // A transient error leaves the outcome unknown: the same request (same
 // view, so it cannot apply twice) is sent again after a back-off until the
-// caller's context ends (X14), and then undone. A single attempt does not
-// retry.
+// caller's context ends (X14), and then undone; a wake-up that arrives
+// meanwhile ends the back-off (the retry reads whatever it announced: a
+// grant waits in the lock hash for the owner's next attempt). A single
+// attempt does not retry.
 func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) {
 	if err := w.o.enter(ctx); err != nil {
 		return wire.AcquireReply{}, nil, err
 	}
 	defer w.o.exit()
+	w.retry.wake = nil
+	if w.sub != nil {
+		w.retry.wake = w.sub.Events()
+	}
 	var r wire.AcquireReply
 	var sent time.Time
 	err := w.retry.do(ctx, func() (err error) {

@@ -29,4 +29,8 @@
 //
 // Lifecycle helpers (Server.Stop, Server.Kill, Server.Pause, Server.Resume,
 // Server.Restart) simulate crashes, hangs and restarts on the same address.
+// On a cluster (StartCluster, with WithReplicas and WithNodeTimeout),
+// Cluster.BeginMigration moves a slot step by step as resharding does,
+// Cluster.WaitFailover kills a primary and waits for its replica's
+// promotion, and Cluster.Rejoin brings the killed node back as a replica.
 package redistest

@@ -641,26 +641,42 @@ func StartSentinel(t testing.TB, primary *Server, masterName string) *Server {
 	return s
 }
 
-// Cluster is a Redis Cluster of primaries started by StartCluster.
+// Cluster is a Redis Cluster started by StartCluster: primaries and, with
+// WithReplicas, their replicas.
 type Cluster struct {
-	nodes []*Server
+	nodes     []*Server          // the primaries as started, then their replicas
+	primaries int                // how many of nodes were started as primaries
+	ids       map[*Server]string // every node's cluster node ID
 }
 
 // StartCluster starts n (at least 3) cluster-enabled primaries, assigns the
 // 16384 hash slots evenly in ranges (node i gets the i-th range), joins the
 // nodes with CLUSTER MEET and waits (at most 45 s) until every node reports
-// cluster_state:ok and knows all n nodes. Cleanup is registered on t as for
-// Start.
-func StartCluster(t testing.TB, n int) *Cluster {
+// cluster_state:ok and knows all the nodes. With WithReplicas(r) it also
+// starts r replicas of each primary (CLUSTER REPLICATE) and waits until
+// each has its link to its primary up and every node sees it as that
+// primary's replica. Cleanup is registered on t as for Start.
+func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 nodes, got %d", n)
 	}
-	c := &Cluster{nodes: make([]*Server, 0, n)}
-	for range n {
-		c.nodes = append(c.nodes, Start(t, withCluster()))
+	var cfg clusterConfig
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
 	}
-	for i, node := range c.nodes {
+	nodeOpts := append([]Option{withCluster()}, cfg.nodeOptions()...)
+	total := n * (1 + cfg.replicas)
+	c := &Cluster{nodes: make([]*Server, 0, total), primaries: n, ids: make(map[*Server]string, total)}
+	for range total {
+		node := Start(t, nodeOpts...)
+		c.nodes = append(c.nodes, node)
+		id, _ := node.mustDo(t, "CLUSTER", "MYID").(string)
+		c.ids[node] = id
+	}
+	for i, node := range c.nodes[:n] {
 		// Distinct config epochs, as redis-cli --cluster create does, spare
 		// the nodes the epoch-collision dance.
 		node.mustDo(t, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1))
@@ -670,28 +686,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for _, node := range c.nodes[1:] {
 		c.nodes[0].mustDo(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.Port()))
 	}
-	var status string
-	ok := poll(clusterTimeout, func() bool {
-		for _, node := range c.nodes {
-			info := node.Do(t, "CLUSTER", "INFO")
-			state, _ := infoField(info, "cluster_state")
-			slots, _ := infoField(info, "cluster_slots_ok")
-			known, _ := infoField(info, "cluster_known_nodes")
-			if state != "ok" || slots != strconv.Itoa(clusterSlots) || known != strconv.Itoa(n) {
-				status = fmt.Sprintf("node %s: cluster_state:%s cluster_slots_ok:%s cluster_known_nodes:%s",
-					node.Addr(), state, slots, known)
-				return false
-			}
-		}
-		return true
-	})
-	if !ok {
-		var tails strings.Builder
-		for _, node := range c.nodes {
-			tails.WriteString(node.logTail())
-		}
-		t.Fatalf("redistest: cluster not ready after %v: %s%s", clusterTimeout, status, tails.String())
-	}
+	c.replicate(t, cfg.replicas)
+	c.waitReady(t, clusterTimeout)
 	return c
 }
 
@@ -704,7 +700,12 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Nodes returns the cluster's nodes; node i owns the i-th slot range.
+// Nodes returns the cluster's nodes in the order they were started: the
+// primaries first, node i owning the i-th slot range, then the replicas
+// (with WithReplicas(r), replica j of primary i is node n+i*r+j). A
+// failover or a slot migration changes the roles and the slots, not this
+// order; Primaries, ReplicasOf and PrimaryForSlot tell the roles as they
+// are.
 func (c *Cluster) Nodes() []*Server {
 	return append([]*Server(nil), c.nodes...)
 }

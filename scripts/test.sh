@@ -30,7 +30,7 @@ go vet ./...
 # scenarios measure timings (RELIABILITY.md) and should not share the two
 # cores with the conformance runs.
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v /internal/faultsuite)
-go test -race -count=1 -timeout 5m -v ./internal/faultsuite/ | grep -E '^(--- |ok|FAIL|PASS)|figures:|_test\.go:[0-9]+:'
+go test -race -count=1 -timeout 8m -v ./internal/faultsuite/ | grep -E '^(--- |ok|FAIL|PASS)|figures:|_test\.go:[0-9]+:'
 test "${PIPESTATUS[0]}" -eq 0
 # An outside module runs the conformance suite against its own backend with
 # exported packages only; the benchmarks module (its own go.mod) must build.
