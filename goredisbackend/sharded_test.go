@@ -270,3 +270,25 @@ func TestSSubscribeNotSupported(t *testing.T) {
 		t.Errorf("SSubscribe on a standalone client: %v, want backend.ErrNotSupported", err)
 	}
 }
+
+// TestEvalWaitOnClusterWithReplicas: on a cluster whose primaries have a
+// replica each, WAIT after the script counts the replica of the slot's
+// primary.
+func TestEvalWaitOnClusterWithReplicas(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	b := clusterBackend(t, cluster)
+	ctx := context.Background()
+	s := backend.NewScript("set", "redis.call('SET', KEYS[1], ARGV[1]); return ARGV[1]")
+	for _, key := range []string{"{a}:k", "{b}:k", "{c}:k"} {
+		reply, acked, err := b.EvalWait(ctx, s, []string{key}, []string{"v"}, 1, 5*time.Second)
+		if err != nil {
+			t.Fatalf("EvalWait %q: %v", key, err)
+		}
+		if reply.Str != "v" || acked != 1 {
+			t.Errorf("EvalWait %q: %v, %d acked; want v, 1 acked", key, reply, acked)
+		}
+		if v := cluster.PrimaryForSlot(t, int(backend.Slot(key))).Do(t, "GET", key); v != "v" {
+			t.Errorf("GET %q at its slot's primary: %v, want v", key, v)
+		}
+	}
+}
