@@ -49,13 +49,27 @@
 // nothing comes back within 3 s, so a server that hangs or a dead network
 // path is noticed in about 4.5 s, not at TCP's keepalive timeout.
 //
+// On a *redis.ClusterClient the Backend also implements
+// backend.ShardedSubscriber (Sharded reports true, and package lock wakes
+// waiters with SPUBLISH): SSubscribe listens with SSUBSCRIBE through a
+// pubsub.ShardedHub, on one redis.PubSub per primary that owns a
+// subscribed channel's slot, each made from the cluster client's own
+// client for that node (not go-redis' cluster SSubscribe, which puts every
+// channel of a PubSub on one node). A MOVED reply to SSUBSCRIBE sends the
+// channel to the node it names; the server's own SUNSUBSCRIBE (the slot
+// moved: a resharding or a failover) gives the channel's subscribers a
+// Reconnect event and subscribes it again at the slot's new owner, as
+// does the end of a node's connection. On other clients SSubscribe
+// returns backend.ErrNotSupported.
+//
 // # Optional capabilities
 //
-// Backend implements backend.ReplicaWaiter for standalone and Sentinel
-// clients: the script and WAIT run on one connection borrowed from the
-// client (Client.Conn), pipelined when WAIT's timeout fits in the client's
-// ReadTimeout, else one after the other; on cluster clients EvalWait
-// returns backend.ErrNotSupported.
+// Backend implements backend.ReplicaWaiter: the script and WAIT run on one
+// connection borrowed from the client (Client.Conn) - on a cluster client,
+// from the client of the primary that owns the keys' slot
+// (ClusterClient.MasterForKey) - pipelined when WAIT's timeout fits in the
+// client's ReadTimeout, else one after the other. A MOVED reply there is
+// returned, not followed (the lock retries).
 //
 // # Key watching
 //
@@ -103,6 +117,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,14 +131,18 @@ type Backend struct {
 	client  redis.UniversalClient
 	owned   bool // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
-	watch   *watcher // key watching; nil unless made by Dial
+	cluster *redis.ClusterClient // the client, when it is one
+	shards  *pubsub.ShardedHub   // SSubscribe; nil unless cluster is set
+	nodes   addrList             // the cluster's primaries as last seen
+	watch   *watcher             // key watching; nil unless made by Dial
 	closing sync.Once
 }
 
 var (
-	_ backend.Backend       = (*Backend)(nil)
-	_ backend.KeyWatcher    = (*Backend)(nil)
-	_ backend.ReplicaWaiter = (*Backend)(nil)
+	_ backend.Backend           = (*Backend)(nil)
+	_ backend.KeyWatcher        = (*Backend)(nil)
+	_ backend.ReplicaWaiter     = (*Backend)(nil)
+	_ backend.ShardedSubscriber = (*Backend)(nil)
 )
 
 // New returns a Backend using client. Closing the Backend does not close
@@ -131,6 +150,10 @@ var (
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		b.cluster = cc
+		b.shards = pubsub.NewShardedHub(b.dialNode, b.nodeList)
+	}
 	return b
 }
 
@@ -229,14 +252,21 @@ type singleConn interface {
 
 // EvalWait implements backend.ReplicaWaiter: the script and WAIT run on one
 // connection borrowed from the client, so WAIT counts the replicas that
-// acknowledged the script's writes. They go out as one pipeline when WAIT's
-// timeout fits in the client's ReadTimeout (a pipeline reads every reply
-// with that timeout), else one after the other. A cluster client (or any
-// client that cannot lend a connection) gets backend.ErrNotSupported.
+// acknowledged the script's writes. On a cluster client that connection
+// goes to the primary that owns the slot of keys[0] in the client's view
+// (ClusterClient.MasterForKey), and is not redirected: a MOVED reply there
+// (the slot moved) is returned as the script's *backend.ServerError, for
+// the caller to retry, and makes go-redis reload its view; so is an ASK
+// reply (the slot is migrating and the keys have left), until the
+// migration ends. The script and WAIT go out as
+// one pipeline when WAIT's timeout fits in the client's ReadTimeout (a
+// pipeline reads every reply with that timeout), else one after the other.
+// A client that cannot lend a connection (a redis.Ring) gets
+// backend.ErrNotSupported.
 func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
-	sc, ok := b.client.(singleConn)
-	if !ok {
-		return backend.Reply{}, 0, fmt.Errorf("%w: WAIT after a script needs one connection; %T cannot lend one", backend.ErrNotSupported, b.client)
+	sc, err := b.scriptConn(ctx, keys)
+	if err != nil {
+		return backend.Reply{}, 0, err
 	}
 	conn := sc.Conn()
 	defer conn.Close()
@@ -268,6 +298,9 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	reply, err := convert(script)
 	if err != nil {
+		if b.cluster != nil && isMoved(err) {
+			b.cluster.ReloadState(ctx)
+		}
 		return reply, 0, scriptError(s, err)
 	}
 	acked, err := wait.Result()
@@ -275,6 +308,33 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 		return reply, 0, mapError(err)
 	}
 	return reply, int(acked), nil
+}
+
+// scriptConn returns the client EvalWait borrows a connection from: the
+// client itself, or on a cluster client the primary of keys' slot.
+func (b *Backend) scriptConn(ctx context.Context, keys []string) (singleConn, error) {
+	if b.cluster != nil {
+		key := ""
+		if len(keys) > 0 {
+			key = keys[0]
+		}
+		node, err := b.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("goredisbackend: the primary of %q: %w", key, mapError(err))
+		}
+		return node, nil
+	}
+	sc, ok := b.client.(singleConn)
+	if !ok {
+		return nil, fmt.Errorf("%w: WAIT after a script needs one connection; %T cannot lend one", backend.ErrNotSupported, b.client)
+	}
+	return sc, nil
+}
+
+// isMoved reports a MOVED reply: the slot has another owner now.
+func isMoved(err error) bool {
+	var se *backend.ServerError
+	return errors.As(err, &se) && strings.HasPrefix(se.Message, "MOVED ")
 }
 
 // Subscribe implements backend.Backend.
@@ -299,6 +359,9 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 // client when Dial made it (not one passed to New).
 func (b *Backend) Close() error {
 	err := b.hub.Close()
+	if b.shards != nil {
+		err = errors.Join(err, b.shards.Close())
+	}
 	if b.owned {
 		b.closing.Do(func() {
 			if b.watch != nil {

@@ -42,13 +42,7 @@ func TestConformanceRESP2(t *testing.T) {
 // wake-ups published on one node reach the subscription on another.
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	factory := backendtest.GoRedis(redis.UniversalOptions{Addrs: cluster.Addrs(), IsClusterMode: true})
-	conformance.Run(t, factory)
-	// WAIT would go to another node than the script: not offered.
-	rw := factory(t).(backend.ReplicaWaiter)
-	if _, _, err := rw.EvalWait(context.Background(), backend.NewScript("r", "return 1"), []string{"k"}, nil, 1, time.Millisecond); !errors.Is(err, backend.ErrNotSupported) {
-		t.Errorf("EvalWait on a cluster client: %v, want backend.ErrNotSupported", err)
-	}
+	conformance.Run(t, backendtest.GoRedis(redis.UniversalOptions{Addrs: cluster.Addrs(), IsClusterMode: true}))
 }
 
 // TestConformanceSentinel runs the suite through go-redis' failover

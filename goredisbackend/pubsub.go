@@ -26,21 +26,31 @@ const (
 // does after re-dialling: messages sent meanwhile are lost.
 var errReconnected = errors.New("goredisbackend: the PubSub reconnected by itself")
 
-// dial opens a subscription connection: a new redis.PubSub, up and
-// answering (a PING was answered) when dial returns.
+// dial opens a subscription connection for the Hub: a new redis.PubSub
+// from the client, up and answering (a PING was answered) when dial
+// returns. On a cluster client go-redis picks a node at random.
 func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-chan error, error) {
 	if _, ok := b.client.(*redis.Ring); ok {
 		// A Ring would pick the subscription's shard by channel name.
 		return nil, nil, fmt.Errorf("%w: subscriptions on a redis.Ring", backend.ErrNotSupported)
 	}
+	return openConn(ctx, b.client.Subscribe(ctx), sink, false) // no channels: nothing sent yet
+}
+
+// openConn starts the receive loop of ps, which has no subscription yet,
+// and returns once a PING was answered on it. A sharded connection
+// subscribes with SSUBSCRIBE.
+func openConn(ctx context.Context, ps *redis.PubSub, sink pubsub.Sink, sharded bool) (pubsub.Conn, <-chan error, error) {
 	c := &pubSubConn{
-		ps:      b.client.Subscribe(ctx), // no channels: nothing sent yet
+		ps:      ps,
+		sharded: sharded,
 		sink:    sink,
 		done:    make(chan error, 1),
 		ended:   make(chan struct{}),
 		pong:    make(chan struct{}, 1),
 		refused: make(chan error, 1),
 		pending: make(map[string][]chan struct{}),
+		leaving: make(map[string]int),
 	}
 	c.heard.Store(time.Now().UnixNano())
 	if err := ctx.Err(); err != nil {
@@ -70,9 +80,10 @@ func (b *Backend) dial(ctx context.Context, sink pubsub.Sink) (pubsub.Conn, <-ch
 
 // pubSubConn is one redis.PubSub with its receive loop: pubsub.Conn.
 type pubSubConn struct {
-	ps   *redis.PubSub
-	sink pubsub.Sink
-	wg   sync.WaitGroup // receive and check
+	ps      *redis.PubSub
+	sharded bool // SSUBSCRIBE and SUNSUBSCRIBE, at one cluster node
+	sink    pubsub.Sink
+	wg      sync.WaitGroup // receive and check
 
 	heard atomic.Int64  // when something was last read, in Unix ns
 	pong  chan struct{} // a PING was answered
@@ -86,15 +97,22 @@ type pubSubConn struct {
 	end     sync.Once     // closes ended and done
 	cause   error         // why it ended; written before ended is closed
 	close   sync.Once     // closes ps
-	mu      sync.Mutex    // guards pending
+	mu      sync.Mutex    // guards pending and leaving
 	// pending holds, per channel, the SUBSCRIBEs awaiting the server's
 	// confirmation, oldest first: the server confirms each channel of each
 	// SUBSCRIBE once, in order.
 	pending map[string][]chan struct{}
+	// leaving counts, per channel, this connection's own SUNSUBSCRIBEs
+	// whose confirmation has not been read yet: any other "sunsubscribe"
+	// is the server's own (the channel's slot moved).
+	leaving map[string]int
 }
 
-// Subscribe writes SUBSCRIBE and waits until the receive loop has read the
-// server's confirmation of every channel.
+// Subscribe writes SUBSCRIBE (SSUBSCRIBE on a sharded connection, for the
+// channels of one slot) and waits until the receive loop has read the
+// server's confirmation of every channel. The server's refusal - NOPERM, or
+// MOVED when the node does not own the slot - is a *backend.ServerError
+// with the server's message.
 func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	if len(channels) == 0 {
 		return nil
@@ -113,7 +131,11 @@ func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	case <-c.refused: // an earlier command's refusal, not this one's
 	default:
 	}
-	if err := c.ps.Subscribe(ctx, channels...); err != nil {
+	subscribe := c.ps.Subscribe
+	if c.sharded {
+		subscribe = c.ps.SSubscribe
+	}
+	if err := subscribe(ctx, channels...); err != nil {
 		// go-redis re-dials after a failed write (even one cut short by
 		// ctx), silently: this connection is over.
 		c.finish(err)
@@ -136,7 +158,8 @@ func (c *pubSubConn) Subscribe(ctx context.Context, channels ...string) error {
 	return nil
 }
 
-// Unsubscribe writes UNSUBSCRIBE; its confirmation is not awaited.
+// Unsubscribe writes UNSUBSCRIBE (SUNSUBSCRIBE); its confirmation is not
+// awaited.
 func (c *pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error {
 	if len(channels) == 0 { // go-redis would unsubscribe every channel
 		return nil
@@ -144,7 +167,16 @@ func (c *pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error 
 	if err := c.usable(ctx); err != nil {
 		return err
 	}
-	if err := c.ps.Unsubscribe(ctx, channels...); err != nil {
+	unsubscribe := c.ps.Unsubscribe
+	if c.sharded {
+		c.mu.Lock()
+		for _, ch := range channels {
+			c.leaving[ch]++
+		}
+		c.mu.Unlock()
+		unsubscribe = c.ps.SUnsubscribe
+	}
+	if err := unsubscribe(ctx, channels...); err != nil {
 		c.finish(err)
 		return mapError(err)
 	}
@@ -212,9 +244,18 @@ func (c *pubSubConn) receive() {
 		case *redis.Message:
 			c.sink.Deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && !c.confirm(m.Channel) {
-				c.finish(errReconnected)
-				return
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if !c.confirm(m.Channel) {
+					c.finish(errReconnected)
+					return
+				}
+			case "sunsubscribe":
+				// Not one of ours: the server dropped the channel, whose
+				// slot moved (a resharding or a failover).
+				if !c.left(m.Channel) {
+					c.sink.Unsubscribed(m.Channel)
+				}
 			}
 		case *redis.Pong:
 			select {
@@ -244,6 +285,23 @@ func (c *pubSubConn) unpend(channels []string, confirmed []chan struct{}) {
 			c.pending[ch] = waiting
 		}
 	}
+}
+
+// left takes the confirmation of one of this connection's own
+// SUNSUBSCRIBEs of channel, and reports whether one was awaited.
+func (c *pubSubConn) left(channel string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.leaving[channel]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(c.leaving, channel)
+	} else {
+		c.leaving[channel] = n - 1
+	}
+	return true
 }
 
 // confirm hands the confirmation of channel to the oldest SUBSCRIBE
