@@ -23,6 +23,7 @@ func lifecycleCases() []testCase {
 		{name: "X12_PartitionedHolderKnowsBeforeTheServerExpires", run: testX12Partitioned},
 		{name: "X12_InnerUnlockKeepsTheHoldAsLongAsTheServer", run: testX12InnerUnlock},
 		{name: "X12_LeftoverCountIsNeverReentered", run: testX12Leftover},
+		{name: "B3_LeftoverOfAFailedUnlockQueuesBehindTheWaiters", run: testB3LeftoverQueues},
 		{name: "X12_ReentryWithLeaseKeepsTheWatchdog", run: testX12ReentryWithLease},
 		{name: "X12_SharedMutexNoFalseLoss", run: testX12SharedMutex},
 		{name: "X13_FailedUnlockFreesWithinOneLease", run: testX13FailedUnlock},
@@ -284,6 +285,48 @@ func testX12Leftover(t *testing.T, s *suite) {
 	if locked, _ := m.IsLocked(ctxFor(t, eventually)); locked {
 		t.Error("lock still held after the one Unlock of the new hold")
 	}
+}
+
+// testB3LeftoverQueues: a waiter is queued when the holder's Unlock fails
+// (not acknowledged: across a failover, say), so the server still has the
+// holder's field. The holder's next Lock must not take the lock from that
+// leftover ahead of the waiter: the leftover is released, the waiter
+// holds, and the old holder queues behind it - FIFO as if the Unlock had
+// gone through.
+func testB3LeftoverQueues(t *testing.T, s *suite) {
+	name := lockName(t)
+	fb := newFaulty(t, s)
+	m := mutexOf(t, clientOn(t, fb), name)
+	h := mustLock(t, m)
+	wp := s.newProc(t, lock.WithWaiterTimeout(60*time.Second))
+	waiter := wp.mutex(t, name)
+	got := goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, m, 1)
+	fb.fail("unlock", true)
+	if err := m.Unlock(ctxFor(t, eventually)); err == nil {
+		t.Fatal("Unlock succeeded through a failing backend")
+	}
+	fb.fail("unlock", false)
+	awaitDone(t, h, eventually, "after a failed Unlock")
+	again := goAcquire(func() (*lock.Hold, error) { return m.Lock(ctxFor(t, eventually)) })
+	r := await(t, got, eventually, "the waiter, once the leftover went")
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	select {
+	case a := <-again:
+		t.Fatalf("the old holder's Lock returned (%v) while the waiter holds: it took the lock from its leftover", a.err)
+	case <-time.After(100 * time.Millisecond): // it had time to overtake
+	}
+	mustUnlock(t, waiter)
+	a := await(t, again, eventually, "the old holder, behind the waiter")
+	if a.err != nil {
+		t.Fatalf("old holder after the waiter: %v", a.err)
+	}
+	if a.h.Token() <= r.h.Token() {
+		t.Errorf("old holder's token %d is not after the waiter's %d", a.h.Token(), r.h.Token())
+	}
+	mustUnlock(t, m)
 }
 
 // testX12ReentryWithLease: Lock (watchdog), then a re-entry with a short

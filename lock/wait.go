@@ -117,10 +117,12 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 	}
 	var r wire.AcquireReply
 	var sent time.Time
+	w.call.Retry = false
 	err := w.retry.do(ctx, func() (err error) {
 		w.call.View, w.call.HoldLease = w.o.attemptView()
 		sent = time.Now()
 		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
+		w.call.Retry = true
 		return err
 	})
 	switch {

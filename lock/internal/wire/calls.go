@@ -21,6 +21,10 @@ type Acquire struct {
 	// a re-entry of a hand-over grant not taken up yet takes it up with
 	// the longer of it and Lease.
 	HoldLease time.Duration
+	// Retry says the request may have run before (it is sent again after
+	// an error): only then may a hold the client does not know of be its
+	// own grant.
+	Retry bool
 }
 
 // Call returns the script invocation.
@@ -32,7 +36,7 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	args := append(append([]string{
 		a.Owner, ms(a.Lease), ms(a.WaiterTimeout), mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, ms(a.MaxHint), ms(a.Slack),
-	}, a.View.args()...), ms(a.HoldLease))
+	}, a.View.args()...), ms(a.HoldLease), flag(a.Retry))
 	return backend.Call{Script: s.acquire, Keys: k.Script(), Args: args}
 }
 

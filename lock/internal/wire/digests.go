@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "a86e2e4f3ef4cdc0fa6b543bf308d8cb7819d23b",
+	"acquire":          "9cb4753f53a009a1ac0e48908a618936d45c5977",
 	"delete":           "657fb64bbe0d44aafecd5c39b4d1356a335ae295",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "2a00b586f05bf8389f6f5bde52eece8cd4c5dc41",

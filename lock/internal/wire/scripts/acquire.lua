@@ -17,6 +17,8 @@
 -- ARGV[9] token of the hold the client knows this owner has ("0": none)
 -- ARGV[10] that hold's count as the client knows it
 -- ARGV[11] that hold's own lease in ms (what it was taken with; "0": none)
+-- ARGV[12] "1" when this request may have run before (a retry after an
+--          error), else "0"
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
@@ -30,6 +32,10 @@
 -- returns the first result; a field the client does not know of (a grant
 -- whose reply was lost, or a hold the client has already ended) is
 -- replaced by a new hold with a new token and count 1, never re-entered.
+-- Found by a request that cannot have run before, such a field (not a
+-- hand-over grant) is the leftover of a hold the client has ended - its
+-- Unlock was not acknowledged, across a failover say - and while others
+-- wait it is released and the owner queues behind them (B3).
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B6 a grant re-entered is taken up, B7 "once" mode, B9
@@ -54,6 +60,14 @@ local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARG
 -- hint of a head below.
 local ttl = redis.call('pttl', KEYS[1])
 local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
+if held and held ~= '0' and ARGV[12] == '0' and first and first ~= me
+    and not (ARGV[9] ~= '0' and tonumber(ARGV[9]) == hold_token(KEYS[5])) then
+  -- The leftover of an ended hold, with a live waiter first in line: it
+  -- goes, and this request runs as if the owner held nothing.
+  redis.call('hdel', KEYS[1], me)
+  ttl = redis.call('pttl', KEYS[1])
+  held = false
+end
 if held then
   local token = hold_token(KEYS[5])
   local count = tonumber(held)
