@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -123,6 +124,16 @@ func transient(err error) bool {
 		return transientServerError(se.Message)
 	}
 	return true
+}
+
+// notRun reports whether a request that failed with err certainly did
+// not run its script: the server answered with an error instead (a
+// cluster redirection, a server loading or failing over), or no
+// connection could be opened. Any other failure may have come after the
+// script ran.
+func notRun(err error) bool {
+	var se *backend.ServerError
+	return errors.As(err, &se) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // transientServerError reports whether an error reply comes from a server

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"github.com/fairlock/fairlock/backend"
@@ -37,6 +38,24 @@ func TestTransient(t *testing.T) {
 	for _, err := range []error{context.Canceled, backend.ErrClosed, ErrInvalidArgument} {
 		if transient(err) {
 			t.Errorf("transient(%v) = true, want false", err)
+		}
+	}
+}
+
+// TestNotRun: a request is known not to have run only when the server
+// answered with an error or no connection could be opened.
+func TestNotRun(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("x: %w", &backend.ServerError{Message: "CLUSTERDOWN The cluster is down"}), true},
+		{fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED), true},
+		{errors.New("read tcp: connection reset by peer"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := notRun(tc.err); got != tc.want {
+			t.Errorf("notRun(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

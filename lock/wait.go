@@ -122,7 +122,7 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 		w.call.View, w.call.HoldLease = w.o.attemptView()
 		sent = time.Now()
 		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
-		w.call.Retry = true
+		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
 		return err
 	})
 	switch {
