@@ -811,7 +811,7 @@ type shardConn struct {
 // running the message hook for every message read before. A MOVED reply
 // is a *backend.ServerError ("MOVED <slot> <host:port>").
 func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
-	for _, group := range bySlot(channels) {
+	for _, group := range pubsub.GroupBySlot(channels) {
 		err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(group...).Build()).Error()
 		if rerr, ok := valkey.IsValkeyErr(err); ok {
 			if addr, moved := rerr.IsMoved(); moved {
@@ -830,28 +830,10 @@ func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
 // Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE, one per slot.
 func (c shardConn) Unsubscribe(ctx context.Context, channels ...string) error {
 	var errs []error
-	for _, group := range bySlot(channels) {
+	for _, group := range pubsub.GroupBySlot(channels) {
 		errs = append(errs, serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(group...).Build()).Error()))
 	}
 	return errors.Join(errs...)
-}
-
-// bySlot splits channels by cluster slot, in the order of their first
-// channel.
-func bySlot(channels []string) [][]string {
-	at := make(map[uint16]int)
-	var groups [][]string
-	for _, ch := range channels {
-		slot := backend.Slot(ch)
-		i, ok := at[slot]
-		if !ok {
-			i = len(groups)
-			at[slot] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], ch)
-	}
-	return groups
 }
 
 func (c shardConn) Close() { c.dc.Close() }

@@ -358,7 +358,7 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 func (h *Hub) subscribeGroups(ctx context.Context, chans []string, subscribe func([]string) error) map[string]error {
 	groups := [][]string{chans}
 	if h.bySlot {
-		groups = groupBySlot(chans)
+		groups = GroupBySlot(chans)
 	}
 	failed := map[string]error{}
 	for _, g := range groups {
@@ -371,9 +371,11 @@ func (h *Hub) subscribeGroups(ctx context.Context, chans []string, subscribe fun
 	return failed
 }
 
-// groupBySlot splits chans by cluster slot, in the order of their first
-// channel.
-func groupBySlot(chans []string) [][]string {
+// GroupBySlot splits chans by cluster slot, in the order of their first
+// channel. The hubs of a ShardedHub call Conn.Subscribe and Unsubscribe
+// with the channels of one slot; an adapter whose client library panics
+// on channels of several slots may split them again with it.
+func GroupBySlot(chans []string) [][]string {
 	at := map[uint16]int{}
 	var groups [][]string
 	for _, ch := range chans {
@@ -419,7 +421,7 @@ func (h *Hub) unsubscribeLocked(channels ...string) {
 	defer cancel()
 	groups := [][]string{channels}
 	if h.bySlot {
-		groups = groupBySlot(channels)
+		groups = GroupBySlot(channels)
 	}
 	for _, g := range groups {
 		_ = h.conn.Unsubscribe(ctx, g...)
