@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/backend"
 )
 
 const (
@@ -300,28 +302,9 @@ func (c *Cluster) primaryForSlot(v view, slot int) *Server {
 	return owner
 }
 
-// SlotOf returns the cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag - the part between the first "{" and the next "}", when not empty -
-// or of the whole key, modulo 16384, as CLUSTER KEYSLOT computes it.
-func SlotOf(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % clusterSlots
-}
+// SlotOf returns the cluster hash slot of key, as CLUSTER KEYSLOT computes
+// it (backend.Slot).
+func SlotOf(key string) int { return int(backend.Slot(key)) }
 
 // SlotMigration is one slot on its way from one primary to another, moved
 // step by step as Redis Cluster's resharding is documented: BeginMigration
