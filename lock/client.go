@@ -29,9 +29,10 @@ type Client struct {
 	memory     memoryPolicy // the server's memory policy, as last read (X18)
 
 	mu     sync.Mutex
-	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
-	holds  map[*Hold]holdRef // live holds, for the watchdog
-	parked int               // owners with a parked subscription (park.go)
+	owners map[string]*entry             // owners with a call in flight, a live hold or a parked subscription
+	holds  map[*Hold]holdRef             // live holds, for the watchdog
+	byHash map[string]map[*Hold]struct{} // the same, by lock hash (a watch or a notice names one lock)
+	parked int                           // owners with a parked subscription (park.go)
 	closed bool
 
 	closing chan struct{}  // closed by Close: waiting calls stop
@@ -92,6 +93,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		scripts: scripts,
 		owners:  make(map[string]*entry),
 		holds:   make(map[*Hold]holdRef),
+		byHash:  make(map[string]map[*Hold]struct{}),
 		closing: make(chan struct{}),
 	}
 	c.dog = startWatchdog(c)
@@ -172,6 +174,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	holds := c.holds
 	c.holds = make(map[*Hold]holdRef)
+	c.byHash = make(map[string]map[*Hold]struct{})
 	c.mu.Unlock()
 	for h, ref := range holds {
 		ref.o.end(h, ErrClosed)
@@ -217,6 +220,12 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 		return err
 	}
 	c.holds[h] = holdRef{m: m, o: o}
+	on := c.byHash[m.keys.Hash]
+	if on == nil {
+		on = make(map[*Hold]struct{})
+		c.byHash[m.keys.Hash] = on
+	}
+	on[h] = struct{}{}
 	c.owners[o.key].refs++
 	c.listener.holdStarted()
 	c.watches.held(m.keys.Hash)
@@ -229,9 +238,9 @@ func (c *Client) evicted(key string, token int64) {
 	c.mu.Lock()
 	var found *Hold
 	var ref holdRef
-	for h, r := range c.holds {
-		if h.token == token && r.m.keys.Hash == key {
-			found, ref = h, r
+	for h := range c.byHash[key] {
+		if h.token == token {
+			found, ref = h, c.holds[h]
 			break
 		}
 	}
@@ -245,11 +254,9 @@ func (c *Client) evicted(key string, token int64) {
 func (c *Client) holdsOn(hash string) []*Hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var hs []*Hold
-	for h, ref := range c.holds {
-		if ref.m.keys.Hash == hash {
-			hs = append(hs, h)
-		}
+	hs := make([]*Hold, 0, len(c.byHash[hash]))
+	for h := range c.byHash[hash] {
+		hs = append(hs, h)
 	}
 	return hs
 }
@@ -271,6 +278,11 @@ func (c *Client) untrack(h *Hold) {
 	defer c.mu.Unlock()
 	if ref, ok := c.holds[h]; ok {
 		delete(c.holds, h)
+		if on := c.byHash[ref.m.keys.Hash]; len(on) > 1 {
+			delete(on, h)
+		} else {
+			delete(c.byHash, ref.m.keys.Hash)
+		}
 		c.releaseLocked(ref.o)
 		c.watches.released(ref.m.keys.Hash)
 	}
