@@ -14,7 +14,7 @@ import (
 // hash that publishes nothing - a DEL by hand, an eviction, an expiry, a
 // Redisson forceUnlock - makes the client check its holds on that lock at
 // once, so a hold the server no longer has ends within about two round
-// trips rather than at the watchdog's next tick (X7). Someone else's
+// trips rather than at the watchdog's next tick (X16). Someone else's
 // force-unlock or delete through fairlock's own scripts is told on the
 // client's channel instead (reconnects, tell_evicted).
 //
