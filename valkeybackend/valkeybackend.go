@@ -107,6 +107,9 @@ func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []stri
 // scriptError names the script in the server's refusal of it: a NOPERM
 // for a key the user may not touch names no command.
 func scriptError(s *backend.Script, err error) error {
+	if err == nil {
+		return nil // before errors.As, whose target would escape: no allocation per call
+	}
 	var se *backend.ServerError
 	if errors.As(err, &se) {
 		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
