@@ -370,6 +370,24 @@ func (r *report) targets() {
 			missed = append(missed, "waiters")
 		}
 	}
+	uc := r.uncontendedCosts()
+	rs, rc := uc[reference].serverCPU(), uc[reference].clientCPU()
+	for _, k := range r.fairlocks() {
+		if rs.n == 0 {
+			break
+		}
+		s, c := uc[k.Name].serverCPU(), uc[k.Name].clientCPU()
+		ok := within(s, rs, 1.3)
+		t.row(fmt.Sprintf("server CPU per uncontended pair <= 1.3x %s's", reference), k.Name, cpuVsRef(s, rs), yesNo(ok))
+		if !ok {
+			missed = append(missed, "cpuserver:"+k.Name)
+		}
+		ok = within(c, rc, 1.2)
+		t.row(fmt.Sprintf("client CPU per uncontended pair <= 1.2x %s's", reference), k.Name, cpuVsRef(c, rc), yesNo(ok))
+		if !ok {
+			missed = append(missed, "cpuclient:"+k.Name)
+		}
+	}
 	for _, k := range r.fairlocks() {
 		for _, q := range []struct {
 			name string
@@ -396,27 +414,61 @@ func (r *report) targets() {
 func (r *report) uncontended() {
 	r.p("## 1. Uncontended Lock and Unlock")
 	r.p("")
-	t := newTable(&r.b, "lock", "Lock p50", "Lock p99", "Unlock p50", "Unlock p99", "pair p50", "pair p99", "allocs/pair", "bytes/pair", "commands/pair")
+	t := newTable(&r.b, "lock", "Lock p50", "Lock p99", "Unlock p50", "Unlock p99", "pair p50", "pair p99")
 	for _, k := range r.Kinds {
 		u := r.Uncontended[k.Name]
 		d := func(f func(uncontendedRound) time.Duration) string { return durSpread(u, f).cell(fmtDur) }
 		t.row(k.Name,
 			d(func(x uncontendedRound) time.Duration { return x.Lock.P50 }), d(func(x uncontendedRound) time.Duration { return x.Lock.P99 }),
 			d(func(x uncontendedRound) time.Duration { return x.Unlock.P50 }), d(func(x uncontendedRound) time.Duration { return x.Unlock.P99 }),
-			d(func(x uncontendedRound) time.Duration { return x.Pair.P50 }), d(func(x uncontendedRound) time.Duration { return x.Pair.P99 }),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.AllocsPerPair }).cell(fmtCount),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.BytesPerPair }).cell(fmtCount),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.CommandsPerPair }).cell(fmtF(1)))
+			d(func(x uncontendedRound) time.Duration { return x.Pair.P50 }), d(func(x uncontendedRound) time.Duration { return x.Pair.P99 }))
 	}
 	r.p("")
-	r.p("Server commands per pair by command (first round):")
+	r.p("### What a pair costs")
+	r.p("")
+	costTable(&r.b, r.kindNames(), r.uncontendedCosts(), reference)
+	r.p("")
+	r.p("%s", costNote)
+	r.p("")
+	r.p("Server commands per pair by command, and the writes among them (first round):")
 	r.p("")
 	for _, k := range r.Kinds {
 		if u := r.Uncontended[k.Name]; len(u) > 0 {
-			r.p("- %s: %s", k.Name, topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8))
+			per := float64(r.Settings.UncontendedOps)
+			r.p("- %s: %s; %s", k.Name, topCommands(u[0].Commands, per, 8), writesLine(u[0].Commands, per))
 		}
 	}
 	r.p("")
+}
+
+func (r *report) kindNames() []string {
+	names := make([]string, len(r.Kinds))
+	for i, k := range r.Kinds {
+		names[i] = k.Name
+	}
+	return names
+}
+
+// uncontendedCosts are the pair costs of scenario 1, by lock.
+func (r *report) uncontendedCosts() map[string]costs {
+	by := map[string]costs{}
+	for name, rounds := range r.Uncontended {
+		for _, u := range rounds {
+			by[name] = append(by[name], u.cost(r.Settings.UncontendedOps))
+		}
+	}
+	return by
+}
+
+// manyCosts are the pair costs of scenario 4, by lock.
+func (r *report) manyCosts() map[string]costs {
+	by := map[string]costs{}
+	for name, rounds := range r.Many {
+		for _, m := range rounds {
+			by[name] = append(by[name], m.cost())
+		}
+	}
+	return by
 }
 
 func (r *report) contended(chartPath string) {
@@ -589,6 +641,18 @@ func (r *report) manyLocks() {
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
+	}
+	r.p("")
+	r.p("What a pair (an acquisition) costs here, measured as in section 1 over the whole run, its drain included:")
+	r.p("")
+	costTable(&r.b, r.kindNames(), r.manyCosts(), reference)
+	r.p("")
+	r.p("Writes per pair by command (first round):")
+	r.p("")
+	for _, k := range r.Kinds {
+		if m := r.Many[k.Name]; len(m) > 0 && m[0].Acquisitions > 0 {
+			r.p("- %s: %s", k.Name, writesLine(m[0].Commands, float64(m[0].Acquisitions)))
+		}
 	}
 	r.p("")
 	for _, k := range r.fairlocks() {
