@@ -140,7 +140,7 @@ func ratioCell(s, ref spread) string {
 // lock, in order, with the server and client CPU against ref's.
 func costTable(b *strings.Builder, order []string, by map[string]costs, ref string) {
 	t := newTable(b, "lock", "server CPU/pair", "client CPU/pair", "server vs "+ref, "client vs "+ref,
-		"commands/pair", "writes/pair", "scripts/pair", "script run/pair", "allocs/pair", "bytes/pair")
+		"commands/pair", "writes/pair", "scripts/pair", "script time/pair", "allocs/pair", "bytes/pair")
 	rs, rc := by[ref].serverCPU(), by[ref].clientCPU()
 	for _, name := range order {
 		cs := by[name]
@@ -159,7 +159,7 @@ func costTable(b *strings.Builder, order []string, by map[string]costs, ref stri
 const costNote = "Server CPU: redis-server's used_cpu_sys + used_cpu_user (INFO cpu) over the measured window, divided by the pairs: the whole process, so reading, parsing and replying count as well as the commands (and its timers, 10 a second). " +
 	"Client CPU: this process's user + system time (getrusage) over the same window, divided by the pairs: each lock runs in a window of its own, so it is that lock's, the Go runtime's work (GC, scheduler) and the client library's goroutines included. " +
 	"Commands: every call in INFO commandstats, those inside scripts included; writes: the calls of write commands among them (a fixed list: SET, DEL, HSET, HDEL, INCR, PEXPIRE, LPUSH, LREM, ZADD, ZREM and the like; EVALSHA itself, GET, PUBLISH are not writes); " +
-	"script run: commandstats execution time of the script calls, the commands they run included (no reading, parsing or replying). Allocations: the whole process's heap allocations (runtime.MemStats)."
+	"script time: commandstats execution time of the script calls, the commands they run included (no reading, parsing or replying). Allocations: the whole process's heap allocations (runtime.MemStats)."
 
 // writesLine lists the write commands per pair by command, or "none".
 func writesLine(calls commandCalls, per float64) string {

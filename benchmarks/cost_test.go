@@ -102,7 +102,7 @@ func TestCostTable(t *testing.T) {
 	}
 	var b strings.Builder
 	costTable(&b, []string{"fairlock/rueidis", "rueidislock", "old", "missing"}, by, "rueidislock")
-	want := `| lock | server CPU/pair | client CPU/pair | server vs rueidislock | client vs rueidislock | commands/pair | writes/pair | scripts/pair | script run/pair | allocs/pair | bytes/pair |
+	want := `| lock | server CPU/pair | client CPU/pair | server vs rueidislock | client vs rueidislock | commands/pair | writes/pair | scripts/pair | script time/pair | allocs/pair | bytes/pair |
 | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 | fairlock/rueidis | 34µs (30–38µs) | 42µs (40–44µs) | 2.83x | 1.68x | 13.0 | 6.0 | 2.0 | 21µs (20–22µs) | 41 | 2,800 |
 | rueidislock | 12µs | 25µs | 1.00x | 1.00x | 6.0 | 2.0 | 2.0 | 4µs | 38 | 2,641 |
@@ -143,5 +143,48 @@ func TestWritesLine(t *testing.T) {
 	}
 	if got := writesLine(commandCalls{"get": {Calls: 3}}, 1); got != "no writes" {
 		t.Errorf("writesLine, reads only = %q", got)
+	}
+}
+
+func TestCPUTargetRows(t *testing.T) {
+	set := fullSettings
+	set.UncontendedOps = 1
+	res := newResults(set)
+	res.Kinds = []kindInfo{{Name: "fairlock/rueidis", Fairlock: true}, {Name: "fairlock/valkey", Fairlock: true}, {Name: "rueidislock"}}
+	round := func(server, client time.Duration, calls commandCalls) uncontendedRound {
+		u := uncontendedRound{Commands: calls, ServerCPU: server.Seconds(), ClientCPU: client, Wall: time.Millisecond}
+		u.AllocsPerPair = 40
+		return u
+	}
+	res.Uncontended["fairlock/rueidis"] = []uncontendedRound{round(34*time.Microsecond, 42*time.Microsecond, fairlockPair)}
+	res.Uncontended["fairlock/valkey"] = []uncontendedRound{round(15*time.Microsecond, 29*time.Microsecond, fairlockPair)}
+	res.Uncontended["rueidislock"] = []uncontendedRound{round(12*time.Microsecond, 25*time.Microsecond, commandCalls{"evalsha": {Calls: 2}, "get": {Calls: 2}, "set": {Calls: 1}, "del": {Calls: 1}})}
+	r := &report{results: res}
+	r.targets()
+	text := r.b.String()
+	for _, want := range []string{
+		"| server CPU per uncontended pair <= 1.3x rueidislock's | fairlock/rueidis | 34µs vs 12µs: 2.83x | **no** |",
+		"| client CPU per uncontended pair <= 1.2x rueidislock's | fairlock/rueidis | 42µs vs 25µs: 1.68x | **no** |",
+		"| server CPU per uncontended pair <= 1.3x rueidislock's | fairlock/valkey | 15µs vs 12µs: 1.25x | yes |",
+		"| client CPU per uncontended pair <= 1.2x rueidislock's | fairlock/valkey | 29µs vs 25µs: 1.16x | yes |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("targets have no %q:\n%s", want, text)
+		}
+	}
+	var cpu []string
+	for _, m := range missed {
+		if strings.HasPrefix(m, "cpu") {
+			cpu = append(cpu, m)
+		}
+	}
+	if strings.Join(cpu, " ") != "cpuserver:fairlock/rueidis cpuclient:fairlock/rueidis" {
+		t.Errorf("missed: %q", cpu)
+	}
+	if n := r.boundNote("cpuserver", "fairlock/rueidis"); !strings.Contains(n, "13.0 commands, 6.0 of them writes") || !strings.Contains(n, "rueidislock: 6.0 commands, 2.0 writes") {
+		t.Errorf("server note: %s", n)
+	}
+	if n := r.boundNote("cpuclient", "fairlock/rueidis"); !strings.Contains(n, "42µs against rueidislock's 25µs (1.68x)") || !strings.Contains(n, "40 allocations") {
+		t.Errorf("client note: %s", n)
 	}
 }
