@@ -69,6 +69,8 @@ func (r *report) boundNote(what, kind string) string {
 			return fmt.Sprintf("**%s, commands per acquisition**: %s. That is %.1f script calls per acquisition, each running its bookkeeping (TIME, deadlines in two zsets, key expiries), all counted by commandstats.%s",
 				kind, topCommands(c[0].TopCommands, float64(c[0].Acquisitions), 10), scripts, sc)
 		}
+	case "cpuserver", "cpuclient":
+		return r.cpuNote(what, kind)
 	case "fifo":
 		return fmt.Sprintf("**%s, FIFO**: see the violations the run logged; each is a token that a queue snapshot promised to another owner.", kind)
 	case "many", "manyp99":
@@ -286,4 +288,40 @@ func (r *report) queueNote(ops []string) string {
 	}
 	return fmt.Sprintf("**queue scaling** at %s queued against %d: %s. %s.%s",
 		fmtInt(int64(hi)), lo, strings.Join(figures, ", "), what, lrem)
+}
+
+// cpuNote is the evidence for a missed CPU-per-uncontended-pair target:
+// what the lock's pair does against the reference's, from the same
+// windows.
+func (r *report) cpuNote(what, kind string) string {
+	u, ref := r.Uncontended[kind], r.Uncontended[reference]
+	if len(u) == 0 || len(ref) == 0 {
+		return ""
+	}
+	uc := r.uncontendedCosts()
+	mine, theirs := uc[kind], uc[reference]
+	med := func(cs costs, f func(pairCost) float64) float64 { return cs.of(f, nil).med }
+	per := float64(r.Settings.UncontendedOps)
+	if what == "cpuserver" {
+		s, rs := mine.serverCPU(), theirs.serverCPU()
+		run, rrun := med(mine, func(c pairCost) float64 { return c.ScriptRun }), med(theirs, func(c pairCost) float64 { return c.ScriptRun })
+		return fmt.Sprintf("**%s, server CPU per uncontended pair**: %s against %s's %s (%s). "+
+			"Per pair %.1f commands, %.1f of them writes, in %.1f script calls that ran for %s (commandstats, their commands included), the rest of the server CPU reading, parsing and replying; %s: %.1f commands, %.1f writes, %.1f script calls, %s. "+
+			"%s: %s; %s. %s: %s; %s.",
+			kind, fmtDur(s.med), reference, fmtDur(rs.med), ratioCell(s, rs),
+			med(mine, func(c pairCost) float64 { return c.Commands }), med(mine, func(c pairCost) float64 { return c.Writes }),
+			med(mine, func(c pairCost) float64 { return c.Scripts }), fmtDur(run),
+			reference, med(theirs, func(c pairCost) float64 { return c.Commands }), med(theirs, func(c pairCost) float64 { return c.Writes }),
+			med(theirs, func(c pairCost) float64 { return c.Scripts }), fmtDur(rrun),
+			kind, topCommands(u[0].Commands, per, 10), writesLine(u[0].Commands, per),
+			reference, topCommands(ref[0].Commands, per, 10), writesLine(ref[0].Commands, per))
+	}
+	c, rc := mine.clientCPU(), theirs.clientCPU()
+	pair := durSpread(u, func(x uncontendedRound) time.Duration { return x.Pair.P50 }).med
+	return fmt.Sprintf("**%s, client CPU per uncontended pair**: %s against %s's %s (%s), in a pair of p50 %s. "+
+		"Per pair %s allocations and %s bytes against %s and %s, and %.1f script calls (round trips) against %.1f; the figure includes the Go runtime's work (GC, scheduler) and the client library's goroutines.",
+		kind, fmtDur(c.med), reference, fmtDur(rc.med), ratioCell(c, rc), fmtDur(pair),
+		fmtCount(med(mine, func(c pairCost) float64 { return c.Allocs })), fmtCount(med(mine, func(c pairCost) float64 { return c.Bytes })),
+		fmtCount(med(theirs, func(c pairCost) float64 { return c.Allocs })), fmtCount(med(theirs, func(c pairCost) float64 { return c.Bytes })),
+		med(mine, func(c pairCost) float64 { return c.Scripts }), med(theirs, func(c pairCost) float64 { return c.Scripts }))
 }

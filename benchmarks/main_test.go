@@ -48,6 +48,16 @@ func TestQuickRun(t *testing.T) {
 		if len(res.Uncontended[k.name]) != quickSettings.Rounds || len(res.Many[k.name]) != quickSettings.Rounds || len(res.Idle[k.name]) != quickSettings.Rounds {
 			t.Errorf("%s: rounds missing", k.name)
 		}
+		for _, u := range res.Uncontended[k.name] {
+			if c := u.PerPair; c.ServerCPU <= 0 || c.ClientCPU <= 0 || c.Commands <= 0 || c.Writes <= 0 || c.Allocs <= 0 {
+				t.Errorf("%s: uncontended cost per pair %+v", k.name, c)
+			}
+		}
+		for _, m := range res.Many[k.name] {
+			if c := m.PerPair; c.ServerCPU <= 0 || c.ClientCPU <= 0 || c.Commands <= 0 || c.Writes <= 0 || c.Allocs <= 0 {
+				t.Errorf("%s: many-locks cost per pair %+v", k.name, c)
+			}
+		}
 		for _, n := range quickSettings.Contenders {
 			if len(res.Contended[k.name][n]) != quickSettings.Rounds {
 				t.Errorf("%s, %d contenders: %d rounds", k.name, n, len(res.Contended[k.name][n]))
@@ -68,7 +78,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, section := range []string{"## Setup", "## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. ", "## What bounds it", "(contention.svg)"} {
+	for _, section := range []string{"## Setup", "## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. ", "## What bounds it", "(contention.svg)", "### What a pair costs", "server CPU per uncontended pair <= 1.3x"} {
 		if !strings.Contains(string(report), section) {
 			t.Errorf("report has no %q", section)
 		}

@@ -227,11 +227,11 @@ func (r *report) setup() {
 	r.p("")
 	r.p("Scenarios (every loop is bounded in count and time):")
 	r.p("")
-	r.p("1. **Uncontended**: one owner, %s Lock+Unlock pairs after 50 unmeasured ones. Allocations are the whole process's (runtime.MemStats) per pair.", fmtInt(int64(set.UncontendedOps)))
+	r.p("1. **Uncontended**: one owner, %s Lock+Unlock pairs after 50 unmeasured ones, every lock in a window of its own. What a pair costs, over that window divided by the pairs: server CPU (INFO cpu of redis-server, used_cpu_sys + used_cpu_user), client CPU (this process, getrusage), server commands and writes (INFO commandstats), allocations (the whole process's, runtime.MemStats).", fmtInt(int64(set.UncontendedOps)))
 	r.p("2. **Contention**: 1 to %d contenders on one lock, each with its own client, lock and unlock back to back for %s; those still waiting then get up to %s to finish. Throughput counts acquisitions within the window. Hand-over: holder changed, from the previous Unlock returning to the next Lock returning. Commands: INFO commandstats, every call including the commands scripts run, over the run, per acquisition. FIFO (fairlock): a separate run of %d contenders with a sampler reading the queue and latest fencing token atomically every millisecond; a snapshot with token t and queue q1..qk predicts that token t+i goes to qi (`lockbench.CheckSnapshots`). Overtakes (all locks): acquisitions by a contender that called Lock later than another contender still waiting, by client clocks (so a FIFO lock shows a few: calls microseconds apart reach the server in either order).",
 		slices.Max(set.Contenders), set.ContendedFor, set.Drain, set.Headline)
 	r.p("3. **Idle hand-over**: one holder, one waiter that has waited %s; from Unlock returning to the waiter's Lock returning, %d times per round.", set.IdleFor, set.IdleHandovers)
-	r.p("4. **Many locks**: %d goroutines on one client over %s lock names picked at random, for %s.", set.ManyWorkers, fmtInt(int64(set.ManyLocks)), set.ManyFor)
+	r.p("4. **Many locks**: %d goroutines on one client over %s lock names picked at random, for %s; its cost per pair measured as in scenario 1.", set.ManyWorkers, fmtInt(int64(set.ManyLocks)), set.ManyFor)
 	r.p("5. **Queue scaling** (fairlock): server time per call from SLOWLOG (slowlog-log-slower-than 0, which times each call on its own), with 0 to %s owners injected into the queue behind a real waiter first in line, as if they had queued one a millisecond: list and both zsets as acquire.lua writes them (deadlines 10 minutes ahead, a millisecond apart, the keys' expiries past them), then one read of each owner's two deadlines, as one round of their heartbeats would make (the injection itself is not logged); %d samples per length and round.",
 		fmtInt(int64(slices.Max(set.QueueLengths))), set.QueueSamples)
 	r.p("6. **Idle waiters**: one holder and %s waiters on one lock, each waiter with a client of its own (all %s of them fit), for %s after all are waiting: server CPU (INFO cpu, used_cpu_sys + used_cpu_user) and this process's CPU (getrusage). Clients here use 64 KiB connection buffers instead of the default 0.5 MiB (the same for both locks).",
@@ -370,6 +370,24 @@ func (r *report) targets() {
 			missed = append(missed, "waiters")
 		}
 	}
+	uc := r.uncontendedCosts()
+	rs, rc := uc[reference].serverCPU(), uc[reference].clientCPU()
+	for _, k := range r.fairlocks() {
+		if rs.n == 0 {
+			break
+		}
+		s, c := uc[k.Name].serverCPU(), uc[k.Name].clientCPU()
+		ok := within(s, rs, 1.3)
+		t.row(fmt.Sprintf("server CPU per uncontended pair <= 1.3x %s's", reference), k.Name, cpuVsRef(s, rs), yesNo(ok))
+		if !ok {
+			missed = append(missed, "cpuserver:"+k.Name)
+		}
+		ok = within(c, rc, 1.2)
+		t.row(fmt.Sprintf("client CPU per uncontended pair <= 1.2x %s's", reference), k.Name, cpuVsRef(c, rc), yesNo(ok))
+		if !ok {
+			missed = append(missed, "cpuclient:"+k.Name)
+		}
+	}
 	for _, k := range r.fairlocks() {
 		for _, q := range []struct {
 			name string
@@ -396,27 +414,61 @@ func (r *report) targets() {
 func (r *report) uncontended() {
 	r.p("## 1. Uncontended Lock and Unlock")
 	r.p("")
-	t := newTable(&r.b, "lock", "Lock p50", "Lock p99", "Unlock p50", "Unlock p99", "pair p50", "pair p99", "allocs/pair", "bytes/pair", "commands/pair")
+	t := newTable(&r.b, "lock", "Lock p50", "Lock p99", "Unlock p50", "Unlock p99", "pair p50", "pair p99")
 	for _, k := range r.Kinds {
 		u := r.Uncontended[k.Name]
 		d := func(f func(uncontendedRound) time.Duration) string { return durSpread(u, f).cell(fmtDur) }
 		t.row(k.Name,
 			d(func(x uncontendedRound) time.Duration { return x.Lock.P50 }), d(func(x uncontendedRound) time.Duration { return x.Lock.P99 }),
 			d(func(x uncontendedRound) time.Duration { return x.Unlock.P50 }), d(func(x uncontendedRound) time.Duration { return x.Unlock.P99 }),
-			d(func(x uncontendedRound) time.Duration { return x.Pair.P50 }), d(func(x uncontendedRound) time.Duration { return x.Pair.P99 }),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.AllocsPerPair }).cell(fmtCount),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.BytesPerPair }).cell(fmtCount),
-			spreadBy(u, func(x uncontendedRound) float64 { return x.CommandsPerPair }).cell(fmtF(1)))
+			d(func(x uncontendedRound) time.Duration { return x.Pair.P50 }), d(func(x uncontendedRound) time.Duration { return x.Pair.P99 }))
 	}
 	r.p("")
-	r.p("Server commands per pair by command (first round):")
+	r.p("### What a pair costs")
+	r.p("")
+	costTable(&r.b, r.kindNames(), r.uncontendedCosts(), reference)
+	r.p("")
+	r.p("%s", costNote)
+	r.p("")
+	r.p("Server commands per pair by command, and the writes among them (first round):")
 	r.p("")
 	for _, k := range r.Kinds {
 		if u := r.Uncontended[k.Name]; len(u) > 0 {
-			r.p("- %s: %s", k.Name, topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8))
+			per := float64(r.Settings.UncontendedOps)
+			r.p("- %s: %s; %s", k.Name, topCommands(u[0].Commands, per, 8), writesLine(u[0].Commands, per))
 		}
 	}
 	r.p("")
+}
+
+func (r *report) kindNames() []string {
+	names := make([]string, len(r.Kinds))
+	for i, k := range r.Kinds {
+		names[i] = k.Name
+	}
+	return names
+}
+
+// uncontendedCosts are the pair costs of scenario 1, by lock.
+func (r *report) uncontendedCosts() map[string]costs {
+	by := map[string]costs{}
+	for name, rounds := range r.Uncontended {
+		for _, u := range rounds {
+			by[name] = append(by[name], u.cost(r.Settings.UncontendedOps))
+		}
+	}
+	return by
+}
+
+// manyCosts are the pair costs of scenario 4, by lock.
+func (r *report) manyCosts() map[string]costs {
+	by := map[string]costs{}
+	for name, rounds := range r.Many {
+		for _, m := range rounds {
+			by[name] = append(by[name], m.cost())
+		}
+	}
+	return by
 }
 
 func (r *report) contended(chartPath string) {
@@ -589,6 +641,18 @@ func (r *report) manyLocks() {
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
+	}
+	r.p("")
+	r.p("What a pair (an acquisition) costs here, measured as in section 1 over the whole run, its drain included:")
+	r.p("")
+	costTable(&r.b, r.kindNames(), r.manyCosts(), reference)
+	r.p("")
+	r.p("Writes per pair by command (first round):")
+	r.p("")
+	for _, k := range r.Kinds {
+		if m := r.Many[k.Name]; len(m) > 0 && m[0].Acquisitions > 0 {
+			r.p("- %s: %s", k.Name, writesLine(m[0].Commands, float64(m[0].Acquisitions)))
+		}
 	}
 	r.p("")
 	for _, k := range r.fairlocks() {

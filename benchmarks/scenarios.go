@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/fairlock/fairlock/lockbench"
@@ -88,8 +89,17 @@ func (b *bench) lockName(scenario string) string {
 // uncontendedRound is scenario 1 for one lock in one round.
 type uncontendedRound struct {
 	lockbench.UncontendedResult
-	CommandsPerPair float64      `json:"commands_per_pair"`
-	Commands        commandCalls `json:"command_calls"`
+	CommandsPerPair float64       `json:"commands_per_pair"`
+	Commands        commandCalls  `json:"command_calls"`
+	ServerCPU       float64       `json:"server_cpu_s"`  // over the measured pairs (INFO cpu)
+	ClientCPU       time.Duration `json:"client_cpu_ns"` // this process over them (getrusage)
+	Wall            time.Duration `json:"wall_ns"`       // 0: an older run that measured no CPU
+	PerPair         pairCost      `json:"per_pair"`
+}
+
+// cost is the round's cost per pair.
+func (u uncontendedRound) cost(pairs int) pairCost {
+	return costOf(pairs, u.Commands, u.ServerCPU, float64(u.ClientCPU), u.Wall > 0, u.AllocsPerPair*float64(pairs), u.BytesPerPair*float64(pairs))
 }
 
 func (b *bench) uncontended(ctx context.Context, k lockKind) (uncontendedRound, error) {
@@ -120,7 +130,8 @@ func (b *bench) uncontended(ctx context.Context, k lockKind) (uncontendedRound, 
 		return r, err
 	}
 	r.CommandsPerPair = float64(u.calls.total()) / float64(b.set.UncontendedOps)
-	r.Commands = u.calls
+	r.Commands, r.ServerCPU, r.ClientCPU, r.Wall = u.calls, u.serverCPU, u.clientCPU, u.wall
+	r.PerPair = r.cost(b.set.UncontendedOps)
 	return r, nil
 }
 
@@ -331,6 +342,18 @@ type manyRound struct {
 	ClientCPU    time.Duration     `json:"client_cpu_ns"`
 	Wall         time.Duration     `json:"wall_ns"`
 	MachineBusy  float64           `json:"machine_busy"`
+	Allocs       uint64            `json:"allocs"` // this process over the window (runtime.MemStats); 0: not measured
+	Bytes        uint64            `json:"bytes"`
+	PerPair      pairCost          `json:"per_pair"`
+}
+
+// cost is the round's cost per Lock+Unlock pair (per acquisition).
+func (m manyRound) cost() pairCost {
+	allocs, bytes := -1.0, -1.0
+	if m.Allocs > 0 {
+		allocs, bytes = float64(m.Allocs), float64(m.Bytes)
+	}
+	return costOf(m.Acquisitions, m.Commands, m.ServerCPU, float64(m.ClientCPU), m.Wall > 0, allocs, bytes)
 }
 
 // manySlow is an instrumented many-locks run (fairlock only, observer on):
@@ -368,18 +391,23 @@ func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
 	if err != nil {
 		return r, err
 	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	run, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{
 		Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain,
 	})
 	if err != nil {
 		return r, err
 	}
+	runtime.ReadMemStats(&after)
 	u, err := m.end(ctx)
 	if err != nil {
 		return r, err
 	}
+	r.Allocs, r.Bytes = after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc
 	r.Commands, r.ServerCPU, r.ClientCPU, r.Wall, r.MachineBusy = u.calls, u.serverCPU, u.clientCPU, u.wall, u.machineBusy
 	r.Acquisitions, r.Throughput, r.Lock = run.Pairs, run.Throughput(), run.Lock.Summary()
+	r.PerPair = r.cost()
 	return r, nil
 }
 
