@@ -83,7 +83,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
 	scripts := wire.NewScripts()
-	if err := cfg.readServer(b, scripts); err != nil {
+	if err := cfg.settle(b, scripts); err != nil {
 		return nil, err
 	}
 	c := &Client{
@@ -224,11 +224,11 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	if on == nil {
 		on = make(map[*Hold]struct{})
 		c.byHash[m.keys.Hash] = on
+		c.watches.held(m.keys.Hash)
 	}
 	on[h] = struct{}{}
 	c.owners[o.key].refs++
 	c.listener.holdStarted()
-	c.watches.held(m.keys.Hash)
 	return nil
 }
 
@@ -282,9 +282,9 @@ func (c *Client) untrack(h *Hold) {
 			delete(on, h)
 		} else {
 			delete(c.byHash, ref.m.keys.Hash)
+			c.watches.released(ref.m.keys.Hash)
 		}
 		c.releaseLocked(ref.o)
-		c.watches.released(ref.m.keys.Hash)
 	}
 }
 

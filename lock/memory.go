@@ -111,13 +111,13 @@ func outOfMemory(err error) error {
 	return err
 }
 
-// readServer reads what NewClient needs to know of the server - its memory
+// settle reads what NewClient needs to know of the server - its memory
 // policy (unless WithEvictionRisk) and, for PublishAuto on a cluster,
 // whether it has sharded pub/sub - and settles how the client wakes
 // waiters (WithPublish). It fails with ErrEvictionPolicy for a server
 // that may evict lock keys, and with ErrInvalidArgument for
 // PublishSharded without a cluster backend.
-func (c *config) readServer(b backend.Backend, s *wire.Scripts) error {
+func (c *config) settle(b backend.Backend, s *wire.Scripts) error {
 	ss, ok := b.(backend.ShardedSubscriber)
 	cluster := ok && ss.Sharded()
 	var server wire.Server
@@ -132,10 +132,9 @@ func (c *config) readServer(b backend.Backend, s *wire.Scripts) error {
 	}
 	switch c.wakeUps {
 	case PublishAuto:
-		c.sharded = cluster && told && server.ShardedPubSub()
-		c.publish = "publish"
-		if c.sharded {
-			c.publish = "spublish"
+		c.sharded, c.publish = false, "publish"
+		if cluster && told && server.ShardedPubSub() {
+			c.sharded, c.publish = true, "spublish"
 		}
 	case PublishPlain:
 		c.publish = "publish"
