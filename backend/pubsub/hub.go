@@ -298,16 +298,10 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 		h.inflight[ch]++
 	}
 	h.mu.Unlock()
-	failed := map[string]error{}
-	if h.closed || h.handedOff.Load() {
-		for _, ch := range chans {
-			failed[ch] = backend.ErrClosed
-		}
-	} else {
-		failed = h.subscribeGroups(ctx, chans, func(group []string) error {
-			return h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, group...) })
-		})
-	}
+	// onConn answers ErrClosed once the hub is closed or handed off.
+	failed := h.subscribeGroups(chans, func(group []string) error {
+		return h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, group...) })
+	})
 	var later []*subRequest
 	h.mu.Lock()
 	for _, ch := range chans {
@@ -352,16 +346,21 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	}
 }
 
-// subscribeGroups runs subscribe for chans - once, or once per cluster
-// slot on a hub that subscribes by slot - and returns the error of each
-// channel whose group failed.
-func (h *Hub) subscribeGroups(ctx context.Context, chans []string, subscribe func([]string) error) map[string]error {
-	groups := [][]string{chans}
+// groups splits chans into the sets one SUBSCRIBE or UNSUBSCRIBE takes:
+// all of them, or one set per cluster slot on a hub that subscribes by
+// slot.
+func (h *Hub) groups(chans []string) [][]string {
 	if h.bySlot {
-		groups = GroupBySlot(chans)
+		return GroupBySlot(chans)
 	}
+	return [][]string{chans}
+}
+
+// subscribeGroups runs subscribe for each of chans' groups and returns the
+// error of each channel whose group failed.
+func (h *Hub) subscribeGroups(chans []string, subscribe func([]string) error) map[string]error {
 	failed := map[string]error{}
-	for _, g := range groups {
+	for _, g := range h.groups(chans) {
 		if err := subscribe(g); err != nil {
 			for _, ch := range g {
 				failed[ch] = err
@@ -419,11 +418,7 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 func (h *Hub) unsubscribeLocked(channels ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 	defer cancel()
-	groups := [][]string{channels}
-	if h.bySlot {
-		groups = GroupBySlot(channels)
-	}
-	for _, g := range groups {
+	for _, g := range h.groups(channels) {
 		_ = h.conn.Unsubscribe(ctx, g...)
 	}
 }
@@ -647,7 +642,7 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 		return fmt.Errorf("pubsub: open subscription connection: %w", err)
 	}
 	if chans := h.channels(); len(chans) > 0 {
-		failed := h.subscribeGroups(ctx, chans, func(group []string) error { return conn.Subscribe(ctx, group...) })
+		failed := h.subscribeGroups(chans, func(group []string) error { return conn.Subscribe(ctx, group...) })
 		if err := errors.Join(slices.Collect(maps.Values(failed))...); err != nil {
 			conn.Close()
 			return fmt.Errorf("pubsub: re-subscribe: %w", err)

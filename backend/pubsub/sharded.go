@@ -214,12 +214,18 @@ func (h *ShardedHub) forget(addr string, nh *Hub) {
 	}
 	if h.hubs[addr] == nh {
 		delete(h.hubs, addr)
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			nh.Close()
-		}()
+		h.closeLocked(nh)
 	}
+}
+
+// closeLocked closes nh beside the caller (which may be nh's own reader or
+// watch, which Close waits for). The caller holds h.mu.
+func (h *ShardedHub) closeLocked(nh *Hub) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		nh.Close()
+	}()
 }
 
 // lost is the node hubs' hand-off: the Subscriptions of channel (told to
@@ -242,11 +248,7 @@ func (h *ShardedHub) lost(channel string, subs map[*backend.Subscription]func(ba
 	for nodeAddr, nh := range h.hubs {
 		if nh.isHandedOff() {
 			delete(h.hubs, nodeAddr)
-			h.wg.Add(1)
-			go func() {
-				defer h.wg.Done()
-				nh.Close()
-			}()
+			h.closeLocked(nh)
 		}
 	}
 	for _, s := range moving {
