@@ -38,10 +38,7 @@ func (unsharded) SSubscribe(context.Context, string) (*backend.Subscription, err
 
 // WatchKey passes on to the backend, or reports backend.ErrNotSupported.
 func (b unsharded) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	if kw, ok := b.Backend.(backend.KeyWatcher); ok {
-		return kw.WatchKey(ctx, key)
-	}
-	return nil, backend.ErrNotSupported
+	return watchKeyOf(ctx, b.Backend, key)
 }
 
 // EvalWait passes on to the backend, or reports backend.ErrNotSupported.
