@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // TestQuickRun runs every scenario with tiny settings against a real
@@ -19,12 +20,9 @@ func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a whole quick run takes about half a minute")
 	}
-	binary := os.Getenv("FAIRLOCK_REDIS_SERVER")
-	if binary == "" {
-		binary = "/usr/bin/redis-server"
-		if p, err := exec.LookPath("redis-server"); err == nil {
-			binary = p
-		}
+	binary, err := redistest.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	out, chart, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "contention.svg"), filepath.Join(dir, "results.json")
@@ -96,12 +94,9 @@ func TestClusterQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a quick cluster run takes about 40 s")
 	}
-	binary := os.Getenv("FAIRLOCK_REDIS_SERVER")
-	if binary == "" {
-		binary = "/usr/bin/redis-server"
-		if p, err := exec.LookPath("redis-server"); err == nil {
-			binary = p
-		}
+	binary, err := redistest.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	out, chart, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "cluster.svg"), filepath.Join(dir, "cluster.json")
@@ -130,9 +125,17 @@ func TestClusterQuickRun(t *testing.T) {
 		}
 	}
 	// Broadcast: every PUBLISH reaches the 5 other nodes over the bus.
+	// Sharded: the scripts send SPUBLISH only.
 	for _, mi := range modelFrom(res).Modes {
-		if mi.Publish < 0.5 {
-			t.Errorf("%s: %.2f PUBLISH per acquisition at the slot's primary", mi.Mode, mi.Publish)
+		switch publishMode(mi.Mode) {
+		case publishSharded:
+			if mi.SPublish < 0.5 || mi.Publish >= 0.1 {
+				t.Errorf("%s: %.2f SPUBLISH, %.2f PUBLISH per acquisition at the slot's primary", mi.Mode, mi.SPublish, mi.Publish)
+			}
+		default:
+			if mi.Publish < 0.5 {
+				t.Errorf("%s: %.2f PUBLISH per acquisition at the slot's primary", mi.Mode, mi.Publish)
+			}
 		}
 	}
 	if m := res.Memory; m == nil || m.Held.Keys != int64(2*clusterQuick.MemoryNames) || m.Gone.Keys != 0 || len(m.Queued) != len(clusterQuick.MemoryWaiters) {
