@@ -89,13 +89,6 @@ func (q queuedMem) ownerBytes() float64 {
 	return float64(q.PerNode[q.Owner]) / float64(q.Waiters)
 }
 
-// Key names derived from a lock name, as lock/internal/wire/keys.go
-// derives them (Redisson's layout; the names used here carry no "{").
-func lockKeys(name string) (hash, queue, timeouts, alive, token string) {
-	tag := "{" + name + "}"
-	return name, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag, "fairlock_lock_alive:" + tag, "redisson_lock_token:" + tag
-}
-
 // memSample is used_memory and DBSIZE of every node of the cluster.
 type memSample struct {
 	used, keys, tracked []int64
@@ -387,8 +380,11 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}
 	res.IdleFresh = c.step(base, fresh, n)
 	res.IdleFresh.Elapsed = time.Since(t0)
-	_, _, _, _, idleTok := lockKeys(idlePrefix + ":0")
-	usage("token counter (idle)", idleTok)
+	idle, err := long.NewMutex(idlePrefix + ":0")
+	if err != nil {
+		return res, err
+	}
+	usage("token counter (idle)", idle.Keys()[4])
 	b.log("memory: %d idle names, just unlocked: %s", n, describeStep(res.IdleFresh))
 	t0 = time.Now()
 	// The latches live 3 s.
@@ -439,9 +435,10 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	res.Held = c.step(base, held, n)
 	res.Held.Elapsed = time.Since(t0)
 	b.log("memory: %d held locks: %s (%v)", n, describeStep(res.Held), res.Held.Elapsed.Round(time.Millisecond))
-	h, q, to, al, tok := lockKeys(names[0])
-	usage("lock hash (held)", h)
-	usage("token counter (held)", tok)
+	// (*lock.Mutex).Keys: hash, queue, timeouts, alive, token counter.
+	keys := mutexes[0].Keys()
+	usage("lock hash (held)", keys[0])
+	usage("token counter (held)", keys[4])
 
 	// Spread: one waiter on each held name.
 	owner := mutexes[0].Owner()
@@ -450,9 +447,8 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}
 	t0 = time.Now()
 	if err := parallel(ctx, n, w, func(ctx context.Context, i int) error {
-		_, q, to, al, _ := lockKeys(names[i])
 		fake := owner[:len(owner)-8] + fmt.Sprintf("%08d", i)
-		return injectWaiter.Exec(ctx, rc, []string{q, to, al}, []string{fake}).Error()
+		return injectWaiter.Exec(ctx, rc, mutexes[i].Keys()[1:4], []string{fake}).Error()
 	}); err != nil {
 		return res, fmt.Errorf("queueing a waiter on each lock: %w", err)
 	}
@@ -462,13 +458,12 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}
 	res.Spread = c.step(held, spread, n)
 	res.Spread.Elapsed = time.Since(t0)
-	usage("queue, 1 waiter", q)
-	usage("timeouts zset, 1 waiter", to)
-	usage("alive zset, 1 waiter", al)
+	usage("queue, 1 waiter", keys[1])
+	usage("timeouts zset, 1 waiter", keys[2])
+	usage("alive zset, 1 waiter", keys[3])
 	b.log("memory: one waiter on each of %d locks: %s", n, describeStep(res.Spread))
 	if err := parallel(ctx, n, w, func(ctx context.Context, i int) error {
-		_, q, to, al, _ := lockKeys(names[i])
-		return removeWaiters.Exec(ctx, rc, []string{q, to, al}, nil).Error()
+		return removeWaiters.Exec(ctx, rc, mutexes[i].Keys()[1:4], nil).Error()
 	}); err != nil {
 		return res, fmt.Errorf("removing the waiters: %w", err)
 	}
@@ -560,7 +555,8 @@ func (b *clusterBench) queued(ctx context.Context, t target, rc rueidis.Client, 
 			}
 		}()
 	}
-	_, q, to, al, _ := lockKeys(name)
+	keys := hm.Keys() // hash, queue, timeouts, alive, token counter
+	q, to, al := keys[1], keys[2], keys[3]
 	if err := waitFor(ctx, 60*time.Second, func() (bool, string) {
 		n, err := rc.Do(ctx, rc.B().Llen().Key(q).Build()).AsInt64()
 		if err != nil {
