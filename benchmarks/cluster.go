@@ -253,6 +253,11 @@ func parseInfo(text string) map[string]string {
 	return fields
 }
 
+// infoInt is the integer value of an INFO field.
+func infoInt(fields map[string]string, key string) (int64, error) {
+	return strconv.ParseInt(fields[key], 10, 64)
+}
+
 // busStats are a node's cluster-bus pub/sub message counters (CLUSTER
 // INFO cluster_stats_messages_publish[shard]_{sent,received}; publishshard
 // is Redis 7.0+).
@@ -270,7 +275,7 @@ func (s *redisServer) busStats(ctx context.Context) (busStats, error) {
 	if err != nil {
 		return busStats{}, err
 	}
-	n := func(k string) int64 { v, _ := strconv.ParseInt(info["cluster_stats_messages_"+k], 10, 64); return v }
+	n := func(k string) int64 { v, _ := infoInt(info, "cluster_stats_messages_"+k); return v }
 	return busStats{
 		PublishSent: n("publish_sent"), PublishReceived: n("publish_received"),
 		ShardSent: n("publishshard_sent"), ShardReceived: n("publishshard_received"),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,7 +112,7 @@ func (c *redisCluster) memSample(ctx context.Context) (memSample, error) {
 		if err != nil {
 			return s, err
 		}
-		tr, _ := strconv.ParseInt(st["tracking_total_keys"], 10, 64)
+		tr, _ := infoInt(st, "tracking_total_keys")
 		s.used, s.keys, s.tracked = append(s.used, u), append(s.keys, k), append(s.tracked, tr)
 	}
 	return s, nil
@@ -124,7 +123,7 @@ func (c *redisCluster) memSample(ctx context.Context) (memSample, error) {
 // is the replicas' cost, not the data's.
 func usedMemory(info map[string]string) (int64, error) {
 	num := func(k string) (int64, error) {
-		v, err := strconv.ParseInt(info[k], 10, 64)
+		v, err := infoInt(info, k)
 		if err != nil {
 			return 0, fmt.Errorf("INFO memory %s: %w", k, err)
 		}

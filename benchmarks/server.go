@@ -114,14 +114,7 @@ func (s *redisServer) info(ctx context.Context, section string) (map[string]stri
 	if err != nil {
 		return nil, fmt.Errorf("INFO %s: %w", section, err)
 	}
-	fields := make(map[string]string)
-	for line := range strings.Lines(text) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && !strings.HasPrefix(k, "#") {
-			fields[k] = v
-		}
-	}
-	return fields, nil
+	return parseInfo(text), nil
 }
 
 // commandStat is one command's line of INFO commandstats.
