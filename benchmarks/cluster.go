@@ -63,12 +63,6 @@ func (c *redisCluster) primaryOf(slot int) int {
 	return n - 1
 }
 
-// keySlot asks the cluster for key's hash slot.
-func (c *redisCluster) keySlot(ctx context.Context, key string) (int, error) {
-	n, err := c.primaries[0].do(ctx, "CLUSTER", "KEYSLOT", key).AsInt64()
-	return int(n), err
-}
-
 // freeClusterPort returns a free loopback port below 55535 whose cluster
 // bus port (port + 10000) is free as well.
 func freeClusterPort() (int, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/lockbench"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -237,11 +238,7 @@ func (b *clusterBench) contended(ctx context.Context, t target, n int) (clusterR
 	r := clusterRun{Target: t, Contenders: n, Owner: -1}
 	name := b.name("contended")
 	if t.Cluster {
-		slot, err := b.cluster.keySlot(ctx, name)
-		if err != nil {
-			return r, err
-		}
-		r.Owner = b.cluster.primaryOf(slot)
+		r.Owner = b.cluster.primaryOf(int(backend.Slot(name)))
 	}
 	lockers := make([]lockbench.Locker, n)
 	for i := range n {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/redis/rueidis"
 )
@@ -493,11 +494,7 @@ func (b *clusterBench) queued(ctx context.Context, t target, rc rueidis.Client, 
 	c := b.cluster
 	qm := queuedMem{Waiters: k}
 	name := b.name("mem-queue")
-	slot, err := c.keySlot(ctx, name)
-	if err != nil {
-		return qm, err
-	}
-	qm.Owner = c.primaryOf(slot)
+	qm.Owner = c.primaryOf(int(backend.Slot(name)))
 	holder, closeHolder, err := b.connect(t)
 	if err != nil {
 		return qm, err
