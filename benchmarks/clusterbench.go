@@ -382,19 +382,7 @@ func runCluster(ctx context.Context, set clusterSettings, binary, out, chart, ra
 		}
 		res.Memory = m
 	}
-	res.Meta.LoadAfter = loadAverage()
-	res.Meta.Elapsed = time.Since(start)
-	if err := ctx.Err(); err != nil {
-		res.Errors = append(res.Errors, "run stopped early: "+err.Error())
-	}
-	if err := writeJSON(raw, res); err != nil {
-		return err
-	}
-	if err := writeClusterReport(res, out, chart); err != nil {
-		return err
-	}
-	logf("wrote %s, %s and %s in %v", out, chart, raw, time.Since(start).Round(time.Second))
-	return nil
+	return finishRun(ctx, start, &res.Meta, &res.Errors, res, out, chart, raw, func() error { return writeClusterReport(res, out, chart) })
 }
 
 // busLine sums a run's bus publish messages and pub/sub commands per

@@ -36,36 +36,29 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if *cluster {
+	var err error
+	switch {
+	case *cluster && *render != "":
+		err = renderClusterFrom(*render, *out, *cchart)
+	case *cluster:
 		set := clusterFull
 		if *quick {
 			set = clusterQuick
 		}
-		var err error
+		err = runCluster(ctx, set, *binary, *out, *cchart, *cjson)
+	default:
+		clusterJSON, clusterChart = *cjson, *cchart
 		if *render != "" {
-			err = renderClusterFrom(*render, *out, *cchart)
-		} else {
-			err = runCluster(ctx, set, *binary, *out, *cchart, *cjson)
+			err = renderFrom(*render, *out, *chart)
+			break
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "benchmarks:", err)
-			os.Exit(1)
+		set := fullSettings
+		if *quick {
+			set = quickSettings
 		}
-		return
+		err = run(ctx, set, *binary, *out, *chart, *raw)
 	}
-	clusterJSON, clusterChart = *cjson, *cchart
-	if *render != "" {
-		if err := renderFrom(*render, *out, *chart); err != nil {
-			fmt.Fprintln(os.Stderr, "benchmarks:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	set := fullSettings
-	if *quick {
-		set = quickSettings
-	}
-	if err := run(ctx, set, *binary, *out, *chart, *raw); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
 	}
@@ -102,15 +95,22 @@ func run(ctx context.Context, set settings, binary, out, chart, raw string) erro
 	for round := 1; round <= set.Rounds && ctx.Err() == nil; round++ {
 		b.round(ctx, round, res)
 	}
-	res.Meta.LoadAfter = loadAverage()
-	res.Meta.Elapsed = time.Since(start)
+	return finishRun(ctx, start, &res.Meta, &res.Errors, res, out, chart, raw, func() error { return writeReport(res, out, chart) })
+}
+
+// finishRun ends a run: it completes the metadata, notes a run stopped
+// early, writes the raw figures (res) to raw, then the report and chart
+// with write, and logs what it wrote.
+func finishRun(ctx context.Context, start time.Time, m *meta, errs *[]string, res any, out, chart, raw string, write func() error) error {
+	m.LoadAfter = loadAverage()
+	m.Elapsed = time.Since(start)
 	if err := ctx.Err(); err != nil {
-		res.Errors = append(res.Errors, "run stopped early: "+err.Error())
+		*errs = append(*errs, "run stopped early: "+err.Error())
 	}
 	if err := writeJSON(raw, res); err != nil {
 		return err
 	}
-	if err := writeReport(res, out, chart); err != nil {
+	if err := write(); err != nil {
 		return err
 	}
 	logf("wrote %s, %s and %s in %v", out, chart, raw, time.Since(start).Round(time.Second))
