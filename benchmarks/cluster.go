@@ -18,7 +18,6 @@ import (
 type redisCluster struct {
 	primaries []*redisServer
 	replicas  []*redisServer
-	ids       []string // node IDs, primaries then replicas
 }
 
 const clusterSlots = 16384
@@ -109,7 +108,7 @@ func startCluster(ctx context.Context, binary, dir string, primaries, replicas i
 			}
 			s, err = startRedisAt(binary, nd, port,
 				"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nd, "nodes.conf"),
-				"--cluster-node-timeout", "5000", "--appendonly", "no")
+				"--cluster-node-timeout", "5000")
 			if err == nil || try == 2 {
 				break
 			}
@@ -124,12 +123,13 @@ func startCluster(ctx context.Context, binary, dir string, primaries, replicas i
 		}
 	}
 	all := c.nodes()
+	var ids []string // node IDs, primaries then replicas
 	for _, n := range all {
 		id, err := n.do(ctx, "CLUSTER", "MYID").ToString()
 		if err != nil {
 			return nil, fmt.Errorf("CLUSTER MYID: %w", err)
 		}
-		c.ids = append(c.ids, id)
+		ids = append(ids, id)
 	}
 	for i, p := range c.primaries {
 		// Distinct config epochs, as redis-cli --cluster create does.
@@ -163,7 +163,7 @@ func startCluster(ctx context.Context, binary, dir string, primaries, replicas i
 		return nil, err
 	}
 	for j, r := range c.replicas {
-		if err := r.do(ctx, "CLUSTER", "REPLICATE", c.ids[j%primaries]).Error(); err != nil {
+		if err := r.do(ctx, "CLUSTER", "REPLICATE", ids[j%primaries]).Error(); err != nil {
 			return nil, fmt.Errorf("CLUSTER REPLICATE: %w", err)
 		}
 	}

@@ -1,7 +1,5 @@
 package main
 
-import "math"
-
 // The model of scenario (d): what larger deployments cost, from the
 // figures the cluster benchmark measured. It is arithmetic only, so that
 // it can be checked without a server:
@@ -109,13 +107,4 @@ func project(m modeInputs, d deployment) rates {
 // model expects on a whole cluster: what the measured cluster can check.
 func busPerAcquisition(m modeInputs, d deployment) float64 {
 	return m.Publish*float64(d.nodes()-1) + m.SPublish*float64(d.Replicas)
-}
-
-// round3 rounds to 3 significant digits (for tests and tables).
-func round3(v float64) float64 {
-	if v == 0 {
-		return 0
-	}
-	e := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(v))))
-	return math.Round(v*e) / e
 }
