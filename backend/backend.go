@@ -22,6 +22,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -154,4 +155,19 @@ type ReplicaWaiter interface {
 	// of replicas that acknowledged. It returns ErrNotSupported where one
 	// connection cannot carry both.
 	EvalWait(ctx context.Context, s *Script, keys, args []string, replicas int, timeout time.Duration) (Reply, int, error)
+}
+
+// ScriptError names script s in the server's error reply err (a
+// *ServerError), since a NOPERM for a key the user may not touch names no
+// command: "script acquire (EVALSHA): ...". Other errors, and nil, pass
+// unchanged. Adapters wrap what Eval, EvalBatch and EvalWait return with it.
+func ScriptError(s *Script, err error) error {
+	if err == nil {
+		return nil // before errors.As, whose target would escape: no allocation per call
+	}
+	var se *ServerError
+	if errors.As(err, &se) {
+		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
+	}
+	return err
 }

@@ -117,7 +117,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -176,20 +175,7 @@ func Dial(opt *redis.UniversalOptions) *Backend {
 // answers NOSCRIPT. Neither is retried by go-redis.
 func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
 	rep, err := convert(run(ctx, b.client, s, keys, args))
-	return rep, scriptError(s, err)
-}
-
-// scriptError names the script in the server's refusal of it: a NOPERM
-// for a key the user may not touch names no command.
-func scriptError(s *backend.Script, err error) error {
-	if err == nil {
-		return nil // before errors.As, whose target would escape: no allocation per call
-	}
-	var se *backend.ServerError
-	if errors.As(err, &se) {
-		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
-	}
-	return err
+	return rep, backend.ScriptError(s, err)
 }
 
 // run sends s through p as EVALSHA, and as EVAL when the server answers
@@ -237,7 +223,7 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 			_ = b.client.Process(ctx, once{cmd})
 		}
 		out[i].Reply, out[i].Err = convert(cmd)
-		out[i].Err = scriptError(calls[i].Script, out[i].Err)
+		out[i].Err = backend.ScriptError(calls[i].Script, out[i].Err)
 	}
 	return out
 }
@@ -301,10 +287,10 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	reply, err := convert(script)
 	if err != nil {
-		if b.cluster != nil && isMoved(err) {
+		if _, moved := redis.IsMovedError(script.Err()); moved && b.cluster != nil {
 			b.cluster.ReloadState(ctx)
 		}
-		return reply, 0, scriptError(s, err)
+		return reply, 0, backend.ScriptError(s, err)
 	}
 	acked, err := wait.Result()
 	if err != nil {
@@ -332,12 +318,6 @@ func (b *Backend) scriptConn(ctx context.Context, keys []string) (singleConn, er
 		return nil, fmt.Errorf("%w: WAIT after a script needs one connection; %T cannot lend one", backend.ErrNotSupported, b.client)
 	}
 	return sc, nil
-}
-
-// isMoved reports a MOVED reply: the slot has another owner now.
-func isMoved(err error) bool {
-	var se *backend.ServerError
-	return errors.As(err, &se) && strings.HasPrefix(se.Message, "MOVED ")
 }
 
 // Subscribe implements backend.Backend.

@@ -101,20 +101,7 @@ func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []stri
 		res = b.client.Do(ctx, b.evalSource(s, keys, args))
 	}
 	rep, err := convert(res)
-	return rep, scriptError(s, err)
-}
-
-// scriptError names the script in the server's refusal of it: a NOPERM
-// for a key the user may not touch names no command.
-func scriptError(s *backend.Script, err error) error {
-	if err == nil {
-		return nil // before errors.As, whose target would escape: no allocation per call
-	}
-	var se *backend.ServerError
-	if errors.As(err, &se) {
-		return fmt.Errorf("script %s (EVALSHA): %w", s.Name, err)
-	}
-	return err
+	return rep, backend.ScriptError(s, err)
 }
 
 // evalCmd is EVALSHA for s, or EVAL when s has no digest.
@@ -150,11 +137,11 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 		if isNoScript(res) {
 			c := calls[i]
 			out[i].Reply, out[i].Err = convert(b.client.Do(ctx, b.evalSource(c.Script, c.Keys, c.Args)))
-			out[i].Err = scriptError(c.Script, out[i].Err)
+			out[i].Err = backend.ScriptError(c.Script, out[i].Err)
 			continue
 		}
 		out[i].Reply, out[i].Err = convert(res)
-		out[i].Err = scriptError(calls[i].Script, out[i].Err)
+		out[i].Err = backend.ScriptError(calls[i].Script, out[i].Err)
 	}
 	return out
 }
@@ -173,7 +160,7 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	}
 	reply, err := convert(res[0])
 	if err != nil {
-		return reply, 0, scriptError(s, err)
+		return reply, 0, backend.ScriptError(s, err)
 	}
 	// A server error here (a server without WAIT) is a *backend.ServerError,
 	// which the lock does not retry.
@@ -251,7 +238,7 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (*backend.Subscripti
 
 // Sharded implements backend.ShardedSubscriber: it reports whether the
 // client is a cluster client.
-func (b *Backend) Sharded() bool { return b.client.Mode() == valkey.ClientModeCluster }
+func (b *Backend) Sharded() bool { return b.shards != nil }
 
 // SSubscribe implements backend.ShardedSubscriber on a cluster client: the
 // channel is subscribed (SSUBSCRIBE) on a dedicated connection to the node
@@ -806,37 +793,29 @@ type shardConn struct {
 	d  *shardDialer
 }
 
-// Subscribe implements pubsub.Conn with SSUBSCRIBE: one per slot (the hub
-// sends the channels of one slot), since the server refuses channels of
-// several slots in one (CROSSSLOT) and the node client's builder panics on
-// them. The client resolves an SSUBSCRIBE when its reader reads the first
+// Subscribe implements pubsub.Conn with SSUBSCRIBE of the channels of one
+// slot (the ShardedHub's node hubs send one slot at a time: the server
+// refuses several in one, and the node client's builder panics on them).
+// The client resolves an SSUBSCRIBE when its reader reads the first
 // confirmation (the server sends the others right after it), after
 // running the message hook for every message read before. A MOVED reply
 // is a *backend.ServerError ("MOVED <slot> <host:port>").
 func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
-	for _, group := range pubsub.GroupBySlot(channels) {
-		err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(group...).Build()).Error()
-		if rerr, ok := valkey.IsValkeyErr(err); ok {
-			if addr, moved := rerr.IsMoved(); moved {
-				c.d.mu.Lock()
-				c.d.named[addr] = group[0]
-				c.d.mu.Unlock()
-			}
-		}
-		if err != nil {
-			return serverError(err)
+	err := c.dc.Do(ctx, c.dc.B().Ssubscribe().Channel(channels...).Build()).Error()
+	if rerr, ok := valkey.IsValkeyErr(err); ok {
+		if addr, moved := rerr.IsMoved(); moved {
+			c.d.mu.Lock()
+			c.d.named[addr] = channels[0]
+			c.d.mu.Unlock()
 		}
 	}
-	return nil
+	return serverError(err)
 }
 
-// Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE, one per slot.
+// Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE of the channels of
+// one slot.
 func (c shardConn) Unsubscribe(ctx context.Context, channels ...string) error {
-	var errs []error
-	for _, group := range pubsub.GroupBySlot(channels) {
-		errs = append(errs, serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(group...).Build()).Error()))
-	}
-	return errors.Join(errs...)
+	return serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(channels...).Build()).Error())
 }
 
 func (c shardConn) Close() { c.dc.Close() }

@@ -371,9 +371,8 @@ func (h *Hub) subscribeGroups(chans []string, subscribe func([]string) error) ma
 }
 
 // GroupBySlot splits chans by cluster slot, in the order of their first
-// channel. The hubs of a ShardedHub call Conn.Subscribe and Unsubscribe
-// with the channels of one slot; an adapter whose client library panics
-// on channels of several slots may split them again with it.
+// channel: the hubs of a ShardedHub call Conn.Subscribe and Unsubscribe
+// with one group at a time.
 func GroupBySlot(chans []string) [][]string {
 	at := map[uint16]int{}
 	var groups [][]string
