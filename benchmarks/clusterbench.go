@@ -218,10 +218,20 @@ func (b *clusterBench) connect(t target, extra ...lock.Option) (*lock.Client, fu
 	return lc, func() { _ = lc.Close(); _ = be.Close(); rc.Close() }, nil
 }
 
-func (b *clusterBench) targets() []target {
+// clusterTargetName names the cluster target of publish mode m.
+func clusterTargetName(m publishMode) string { return "cluster " + string(m) }
+
+// clusterTarget is the cluster in publish mode m.
+func clusterTarget(m publishMode) target {
+	return target{Name: clusterTargetName(m), Cluster: true, Mode: m}
+}
+
+// clusterTargets are the standalone server, then the cluster in each
+// publish mode.
+func clusterTargets() []target {
 	out := []target{{Name: "standalone"}}
 	for _, m := range publishModes {
-		out = append(out, target{Name: "cluster " + string(m), Cluster: true, Mode: m})
+		out = append(out, clusterTarget(m))
 	}
 	return out
 }
@@ -349,7 +359,7 @@ func runCluster(ctx context.Context, set clusterSettings, binary, out, chart, ra
 	}
 	for round := 1; round <= set.Rounds && ctx.Err() == nil; round++ {
 		for _, n := range set.Contenders {
-			for _, t := range b.targets() {
+			for _, t := range clusterTargets() {
 				r, err := b.contended(ctx, t, n)
 				if err != nil {
 					fail(fmt.Sprintf("round %d: contended %s, %d contenders", round, t.Name, n), err)
@@ -361,7 +371,7 @@ func runCluster(ctx context.Context, set clusterSettings, binary, out, chart, ra
 				res.Contended = append(res.Contended, r)
 			}
 		}
-		for _, t := range b.targets() {
+		for _, t := range clusterTargets() {
 			if ctx.Err() != nil {
 				break
 			}

@@ -177,10 +177,10 @@ func runsOf(runs []clusterRun, name string, n int) []clusterRun {
 	return out
 }
 
-func targetNames(res *clusterResults) []string {
-	names := []string{"standalone"}
-	for _, m := range publishModes {
-		names = append(names, "cluster "+string(m))
+func targetNames() []string {
+	var names []string
+	for _, t := range clusterTargets() {
+		names = append(names, t.Name)
 	}
 	return names
 }
@@ -213,7 +213,7 @@ func modelFrom(res *clusterResults) modelInputs {
 		}
 	}
 	for _, mode := range publishModes {
-		rows := roleRows(runsOf(res.Contended, "cluster "+string(mode), 0), res.Settings.Primaries)
+		rows := roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), res.Settings.Primaries)
 		mi := modeInputs{Mode: string(mode)}
 		for _, r := range rows {
 			switch r.Role {
@@ -287,7 +287,7 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	t := newTable(&b, "mode", "node", "bus PUBLISH sent", "received", "bus SPUBLISH sent", "received", "PUBLISH", "SPUBLISH", "SUBSCRIBE", "SSUBSCRIBE", "[S]UNSUBSCRIBE", "EVALSHA", "all commands")
 	f2 := fmtF(2)
 	for _, mode := range publishModes {
-		for _, r := range roleRows(runsOf(res.Contended, "cluster "+string(mode), 0), set.Primaries) {
+		for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), set.Primaries) {
 			node := r.Role
 			if r.Nodes > 1 {
 				node += fmt.Sprintf(" (each of %d)", r.Nodes)
@@ -302,14 +302,14 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	measured := deployment{Shards: set.Primaries, Replicas: set.Replicas}
 	for _, mi := range in.Modes {
 		var sent float64
-		for _, r := range roleRows(runsOf(res.Contended, "cluster "+mi.Mode, 0), set.Primaries) {
+		for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(publishMode(mi.Mode)), 0), set.Primaries) {
 			sent += (r.PubSent + r.ShardSent) * float64(r.Nodes)
 		}
 		p("- %s: %.2f bus publish messages per acquisition in all; the model (section 7d) expects %.2f from the %.2f PUBLISH and %.2f SPUBLISH at the slot's primary on %d nodes.",
 			mi.Mode, sent, busPerAcquisition(mi, measured), mi.Publish, mi.SPublish, measured.nodes())
 	}
 	for _, mode := range publishModes {
-		runs := runsOf(res.Many, "cluster "+string(mode), 0)
+		runs := runsOf(res.Many, clusterTargetName(mode), 0)
 		var acq, sent float64
 		for _, r := range runs {
 			acq += float64(r.Acquisitions)
@@ -335,7 +335,7 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	}
 	header = append(header, "many locks: pairs/s", "Lock p50", "p99")
 	t = newTable(&b, header...)
-	for _, name := range targetNames(res) {
+	for _, name := range targetNames() {
 		cells := []string{name}
 		for _, n := range set.Contenders {
 			runs := runsOf(res.Contended, name, n)
@@ -491,7 +491,7 @@ func renderClusterChart(res *clusterResults) string {
 		g := barGroup{label: role}
 		for _, mode := range publishModes {
 			var v float64
-			for _, r := range roleRows(runsOf(res.Contended, "cluster "+string(mode), 0), res.Settings.Primaries) {
+			for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), res.Settings.Primaries) {
 				if r.Role == role {
 					v = r.PubSent + r.PubRecv + r.ShardSent + r.ShardRecv
 				}
@@ -509,17 +509,17 @@ func renderClusterChart(res *clusterResults) string {
 	groups = nil
 	for _, n := range res.Settings.Contenders {
 		g := barGroup{label: fmt.Sprintf("1 lock, %d contenders", n)}
-		for _, name := range targetNames(res) {
+		for _, name := range targetNames() {
 			g.values = append(g.values, spreadBy(runsOf(res.Contended, name, n), func(r clusterRun) float64 { return r.Throughput }).med)
 		}
 		groups = append(groups, g)
 	}
 	g := barGroup{label: fmt.Sprintf("%d locks", res.Settings.ManyLocks)}
-	for _, name := range targetNames(res) {
+	for _, name := range targetNames() {
 		g.values = append(g.values, spreadBy(runsOf(res.Many, name, 0), func(r clusterRun) float64 { return r.Throughput }).med)
 	}
 	groups = append(groups, g)
-	bars(&b, 560, 60, 400, 280, "acquisitions per second (median over rounds)", groups, targetNames(res), tick)
+	bars(&b, 560, 60, 400, 280, "acquisitions per second (median over rounds)", groups, targetNames(), tick)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

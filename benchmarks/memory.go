@@ -266,7 +266,7 @@ return 1`)
 // memory is scenario (c), on the cluster with the first publish mode.
 func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	c := b.cluster
-	t := target{Name: "cluster " + string(publishModes[0]), Cluster: true, Mode: publishModes[0]}
+	t := clusterTarget(publishModes[0])
 	res := &memoryResult{Names: b.set.MemoryNames, Mode: string(t.Mode), KeyUsage: map[string]int64{}}
 	w := b.set.MemoryWorkers
 	// The earlier scenarios' token counters live 31 s more: start empty.
