@@ -14,7 +14,7 @@ const (
 	failoverTimeout = 30 * time.Second // from the kill until a replica serves the slots and all agree
 	rejoinTimeout   = 30 * time.Second // from the restart until the node is a synced replica
 	migrateTimeout  = 5 * time.Second  // MIGRATE's own timeout, per batch
-	migrateBatch    = 100              // keys per MIGRATE in SlotMigration.Finish
+	migrateBatch    = 100              // keys per MIGRATE in SlotMigration.MoveAll
 )
 
 // clusterConfig collects the settings applied by ClusterOptions.
@@ -79,17 +79,18 @@ func (c *Cluster) replicate(t testing.TB, r int) {
 }
 
 // waitReady waits at most timeout until the cluster has settled (see
-// settled), and fails the test with what was not yet so.
-func (c *Cluster) waitReady(t testing.TB, timeout time.Duration) {
+// settled); otherwise it fails the test with "redistest: ", what, the
+// timeout, what was not yet so and the nodes' log tails.
+func (c *Cluster) waitReady(t testing.TB, timeout time.Duration, what string) {
 	t.Helper()
 	var status string
 	if poll(timeout, func() bool {
-		status = c.settled()
+		status = c.settled(c.view())
 		return status == ""
 	}) {
 		return
 	}
-	t.Fatalf("redistest: cluster not ready after %v: %s%s", timeout, status, c.logTails())
+	t.Fatalf("redistest: %s %v: %s%s", what, timeout, status, c.logTails())
 }
 
 // logTails is every node's log tail, for failure messages.
@@ -200,9 +201,9 @@ func (s *Server) running() bool {
 // cluster_state:ok with every slot served and knows every node; each
 // running replica has its link to its primary up; and each sees every
 // running node in the role, primary and slots that node claims, none
-// flagged as failing. Otherwise it says what is not so.
-func (c *Cluster) settled() string {
-	v := c.view()
+// flagged as failing. Otherwise it says what is not so. v is the nodes'
+// view of the cluster (see view).
+func (c *Cluster) settled(v view) string {
 	for _, node := range c.nodes {
 		if !node.running() {
 			continue
@@ -363,20 +364,28 @@ func (m *SlotMigration) MoveKeys(t testing.TB, count int) int {
 	return len(keys)
 }
 
-// Assign moves the keys left on the source, in batches of 100, then
+// MoveAll moves the slot's keys left on the source, in batches of 100
+// (MoveKeys), until none is left; the test fails if some are still there
+// after 45 s.
+func (m *SlotMigration) MoveAll(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(clusterTimeout)
+	for m.MoveKeys(t, migrateBatch) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: slot %d still has keys on %s after %v", m.slot, m.from.Addr(), clusterTimeout)
+		}
+	}
+}
+
+// Assign moves the keys left on the source (MoveAll), then
 // assigns the slot to the target with CLUSTER SETSLOT slot NODE - on the
 // target, then the source, then every other running primary. From then on
 // the target serves the slot and the source answers MOVED; the other nodes
 // (replicas) learn it by gossip: WaitSettled waits for that.
 func (m *SlotMigration) Assign(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(clusterTimeout)
+	m.MoveAll(t)
 	s, id := strconv.Itoa(m.slot), m.c.ids[m.to]
-	for m.MoveKeys(t, migrateBatch) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: slot %d still has keys on %s after %v", m.slot, m.from.Addr(), clusterTimeout)
-		}
-	}
 	m.to.mustDo(t, "CLUSTER", "SETSLOT", s, "NODE", id)
 	m.from.mustDo(t, "CLUSTER", "SETSLOT", s, "NODE", id)
 	for _, p := range m.c.Primaries(t) {
@@ -404,7 +413,7 @@ func (m *SlotMigration) Finish(t testing.TB) {
 // flagged as failing. The test fails if they do not in time.
 func (c *Cluster) WaitSettled(t testing.TB) {
 	t.Helper()
-	c.waitReady(t, clusterTimeout)
+	c.waitReady(t, clusterTimeout, "cluster not ready after")
 }
 
 // MigrateSlot moves slot to the primary to in one go: BeginMigration,
@@ -443,7 +452,7 @@ func (c *Cluster) WaitFailover(t testing.TB, primary *Server) *Server {
 			status = "no replica of " + primary.Addr() + " promoted yet"
 			return false
 		}
-		status = c.settled()
+		status = c.settled(v)
 		return status == ""
 	})
 	if !ok {
@@ -460,11 +469,5 @@ func (c *Cluster) WaitFailover(t testing.TB, primary *Server) *Server {
 func (c *Cluster) Rejoin(t testing.TB, node *Server) {
 	t.Helper()
 	node.Restart(t)
-	var status string
-	if !poll(rejoinTimeout, func() bool {
-		status = c.settled()
-		return status == ""
-	}) {
-		t.Fatalf("redistest: %s did not rejoin within %v: %s%s", node.Addr(), rejoinTimeout, status, c.logTails())
-	}
+	c.waitReady(t, rejoinTimeout, node.Addr()+" did not rejoin within")
 }

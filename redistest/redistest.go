@@ -687,7 +687,7 @@ func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 		c.nodes[0].mustDo(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.Port()))
 	}
 	c.replicate(t, cfg.replicas)
-	c.waitReady(t, clusterTimeout)
+	c.waitReady(t, clusterTimeout, "cluster not ready after")
 	return c
 }
 

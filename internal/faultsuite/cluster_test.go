@@ -29,9 +29,9 @@ type dialer struct {
 	dial func() (backend.Backend, error)
 }
 
-// clusterDialers are the suite's adapters as cluster clients seeded with
-// addrs.
-func clusterDialers(addrs []string) []dialer {
+// dialersFor returns the suite's adapters seeded with addrs: as cluster
+// clients if cluster, else as clients of the one server at addrs[0].
+func dialersFor(addrs []string, cluster bool) []dialer {
 	return []dialer{
 		{"rueidis", func() (backend.Backend, error) {
 			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: addrs})
@@ -40,7 +40,7 @@ func clusterDialers(addrs []string) []dialer {
 			return valkeybackend.Dial(valkey.ClientOption{InitAddress: addrs})
 		}},
 		{"go-redis", func() (backend.Backend, error) {
-			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true}), nil
+			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: cluster, ContextTimeoutEnabled: true}), nil
 		}},
 	}
 }
@@ -113,14 +113,27 @@ func (e *errorTally) String() string {
 	return strings.Join(out, ", ")
 }
 
-func (e *errorTally) total() int {
+// merge adds o's counts to e.
+func (e *errorTally) merge(o *errorTally) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
-	for _, c := range e.by {
-		n += c
+	if e.by == nil {
+		e.by = map[string]int{}
 	}
-	return n
+	for s, n := range o.by {
+		e.by[s] += n
+	}
+}
+
+// checkNoRedirections fails t if an error that reached the caller carried
+// a cluster redirection.
+func (e *errorTally) checkNoRedirections(t testing.TB) {
+	t.Helper()
+	if r := e.redirections(); len(r) > 0 {
+		t.Errorf("cluster errors reached the caller: %v", r)
+	}
 }
 
 // belief is one hold as its client saw it: from Lock returning to the

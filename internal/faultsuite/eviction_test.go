@@ -36,26 +36,14 @@ func TestEvictionNotice(t *testing.T) {
 	adapters := dialers(srv.Addr())
 	var figures []string
 	for _, a := range adapters {
-		client := func() *lock.Client {
-			b, err := a.dial()
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := lock.NewClient(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
-		holder, admin := client(), client()
+		holder, admin := clientOf(t, a), clientOf(t, a)
 		listening(t, srv, holder)
 		for _, how := range []string{"ForceUnlock", "Delete", "DEL"} {
 			d, err := evictionDelays(t, srv, holder, admin, lockName(t)+":"+a.name+":"+how, how)
 			if err != nil {
 				t.Fatalf("%s, %s: %v", a.name, how, err)
 			}
-			figures = append(figures, fmt.Sprintf("%s %s p50 %v p99 %v", a.name, how, d[len(d)/2], d[len(d)*99/100]))
+			figures = append(figures, fmt.Sprintf("%s %s p50 %v p99 %v", a.name, how, percentile(d, 50), percentile(d, 99)))
 		}
 	}
 	report(t, 14, fmt.Sprintf("another client force-unlocks (ForceUnlock), then deletes (Delete) a held lock, then a plain DEL of the lock hash from redis-cli's connection (DEL; the hold 80 ms old), %d times each per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictionTrials),
@@ -245,10 +233,8 @@ func TestEvictedHashNotice(t *testing.T) {
 				t.Fatalf("%s: waiter's Unlock: %v", a.name, err)
 			}
 		}
-		slices.Sort(told)
-		slices.Sort(granted)
 		p := func(d []time.Duration) string {
-			return fmt.Sprintf("p50 %v p99 %v", d[len(d)/2].Round(time.Microsecond), d[len(d)*99/100].Round(time.Microsecond))
+			return fmt.Sprintf("p50 %v p99 %v", percentile(d, 50).Round(time.Microsecond), percentile(d, 99).Round(time.Microsecond))
 		}
 		figures = append(figures, fmt.Sprintf("%s: holder told %s, waiter granted %s, granted before the holder was told %d of %d, waiter's Lock refused for memory (the 1-byte window) %d times", a.name, p(told), p(granted), early, evictedTrials, oom.Load()))
 	}

@@ -74,7 +74,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	for _, acks := range []bool{false, true} {
 		mode := map[bool]string{false: "async", true: "acks"}[acks]
-		for _, a := range clusterDialers(c.Addrs()) {
+		for _, a := range dialersFor(c.Addrs(), true) {
 			t.Run(mode+"/"+a.name, func(t *testing.T) {
 				opts := []lock.Option{lock.WithLease(foLease)}
 				rounds := foRounds[a.name]
@@ -143,52 +143,60 @@ func probeAcks(t *testing.T, a dialer, opts []lock.Option) error {
 	return nil
 }
 
-// roundFigures is what one failover round measured.
-type roundFigures struct {
+// counters are the counts of failover rounds, of one round or summed.
+type counters struct {
 	acquired                   int
-	failover, rejoin           time.Duration // kill to settled; restart to settled
-	pause                      time.Duration // the longest gap between holds begun across the failover
-	resume                     time.Duration // from the cluster settling to the hold that ended it (negative: before)
-	doubles                    int           // pairs of overlapping beliefs
+	doubles                    int // pairs of overlapping beliefs
 	worstDouble                time.Duration
 	regressions                int
 	serverDoubles, samples     int
 	stuck, lost                int
 	overtakesBefore, overtakes int // before the kill; from the kill on
 	overtakesLeftover          int // of those after, by an owner whose Unlock had failed
-	errs                       *errorTally
-	served                     map[string]int64 // cluster errors the other nodes answered
+}
+
+// add sums o into c (worstDouble: the longer).
+func (c *counters) add(o counters) {
+	c.acquired += o.acquired
+	c.doubles += o.doubles
+	c.worstDouble = max(c.worstDouble, o.worstDouble)
+	c.regressions += o.regressions
+	c.serverDoubles += o.serverDoubles
+	c.samples += o.samples
+	c.stuck += o.stuck
+	c.lost += o.lost
+	c.overtakesBefore += o.overtakesBefore
+	c.overtakes += o.overtakes
+	c.overtakesLeftover += o.overtakesLeftover
+}
+
+// roundFigures is what one failover round measured.
+type roundFigures struct {
+	counters
+	failover, rejoin time.Duration // kill to settled; restart to settled
+	pause            time.Duration // the longest gap between holds begun across the failover
+	resume           time.Duration // from the cluster settling to the hold that ended it (negative: before)
+	errs             *errorTally
+	served           map[string]int64 // cluster errors the other nodes answered
 }
 
 // failoverFigures sums the rounds of one adapter and mode.
 type failoverFigures struct {
-	rounds                                                              int
-	acquired, doubles, regressions, serverDoubles                       int
-	samples, stuck, lost, overtakesBefore, overtakes, overtakesLeftover int
-	worstDouble                                                         time.Duration
-	failover, rejoin, pause, resume                                     []time.Duration
-	errs                                                                []*errorTally
-	served                                                              map[string]int64
+	counters
+	rounds                          int
+	failover, rejoin, pause, resume []time.Duration
+	errs                            errorTally
+	served                          map[string]int64
 }
 
 func (f *failoverFigures) add(r roundFigures) {
 	f.rounds++
-	f.acquired += r.acquired
-	f.doubles += r.doubles
-	f.worstDouble = max(f.worstDouble, r.worstDouble)
-	f.regressions += r.regressions
-	f.serverDoubles += r.serverDoubles
-	f.samples += r.samples
-	f.stuck += r.stuck
-	f.lost += r.lost
-	f.overtakesBefore += r.overtakesBefore
-	f.overtakes += r.overtakes
-	f.overtakesLeftover += r.overtakesLeftover
+	f.counters.add(r.counters)
 	f.failover = append(f.failover, r.failover)
 	f.rejoin = append(f.rejoin, r.rejoin)
 	f.pause = append(f.pause, r.pause)
 	f.resume = append(f.resume, r.resume)
-	f.errs = append(f.errs, r.errs)
+	f.errs.merge(r.errs)
 	if f.served == nil {
 		f.served = map[string]int64{}
 	}
@@ -206,39 +214,17 @@ func (f *failoverFigures) check(t *testing.T, acks bool) {
 	if f.serverDoubles > 0 {
 		t.Errorf("%d samples of the lock hash named two owners", f.serverDoubles)
 	}
-	for _, e := range f.errs {
-		if r := e.redirections(); len(r) > 0 {
-			t.Errorf("cluster errors reached the caller: %v", r)
-		}
-	}
+	f.errs.checkNoRedirections(t)
 	if acks && (f.doubles > 0 || f.regressions > 0) {
 		t.Errorf("with replica acks: %d pairs of owners believed they held at once (longest %v), %d token regressions", f.doubles, f.worstDouble, f.regressions)
 	}
 }
 
 func (f *failoverFigures) String() string {
-	all := &errorTally{}
-	for _, e := range f.errs {
-		e.mu.Lock()
-		for s, n := range e.by {
-			for range n {
-				all.by = addCount(all.by, s)
-			}
-		}
-		e.mu.Unlock()
-	}
 	return fmt.Sprintf("%d failovers: kill to cluster settled p50 %s max %s, rejoin p50 %s; no hold began for p50 %s max %s (the next hold came p50 %s max %s after the cluster settled); %d holds; double holders %d by client beliefs (longest %s), %d of %d server samples; token regressions %d; holds lost %d; stuck %d; FIFO overtakes %d before the kill, %d after (%d by an owner whose Unlock had failed, re-acquiring from its leftover field ahead of the queue); the other nodes answered %s; errors to callers: %s",
 		f.rounds, msf(percentile(f.failover, 50)), msf(percentile(f.failover, 100)), msf(percentile(f.rejoin, 50)),
 		msf(percentile(f.pause, 50)), msf(percentile(f.pause, 100)), msf(percentile(f.resume, 50)), msf(percentile(f.resume, 100)), f.acquired, f.doubles, msf(f.worstDouble),
-		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, f.overtakesLeftover, formatRedirections(f.served), all)
-}
-
-func addCount(m map[string]int, s string) map[string]int {
-	if m == nil {
-		m = map[string]int{}
-	}
-	m[s]++
-	return m
+		f.serverDoubles, f.samples, f.regressions, f.lost, f.stuck, f.overtakesBefore, f.overtakes, f.overtakesLeftover, formatRedirections(f.served), &f.errs)
 }
 
 // roundLog is what the workers of one round recorded.
@@ -367,9 +353,7 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 		sampler.end()
 	}
 	defer halt()
-	if !waitFor(10*time.Second, func() bool { return log.count() >= foWarm }) {
-		t.Fatalf("only %d holds within 10 s before the kill", log.count())
-	}
+	redistest.Eventually(t, 10*time.Second, fmt.Sprintf("%d holds before the kill", foWarm), func() bool { return log.count() >= foWarm })
 
 	var others []*redistest.Server
 	for _, n := range c.Nodes() {
@@ -389,8 +373,8 @@ func failoverRound(t *testing.T, c *redistest.Cluster, a dialer, name string, ac
 	halt()
 	served := redirectionsSince(t, others, stats)
 
-	r := roundFigures{served: served, failover: settled.Sub(killed), rejoin: rejoined.Sub(settled), stuck: stuck, errs: errs,
-		serverDoubles: sampler.doubles, samples: sampler.samples}
+	r := roundFigures{served: served, failover: settled.Sub(killed), rejoin: rejoined.Sub(settled), errs: errs}
+	r.stuck, r.serverDoubles, r.samples = stuck, sampler.doubles, sampler.samples
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	r.acquired, r.lost = len(log.beliefs), log.lost

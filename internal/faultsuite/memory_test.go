@@ -8,37 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/backend"
-	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/fairlock/fairlock/valkeybackend"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-	"github.com/valkey-io/valkey-go"
 )
 
 // dialers returns a backend for each adapter on addr.
-func dialers(addr string) []struct {
-	name string
-	dial func() (backend.Backend, error)
-} {
-	return []struct {
-		name string
-		dial func() (backend.Backend, error)
-	}{
-		{"rueidis", func() (backend.Backend, error) {
-			return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{addr}})
-		}},
-		{"valkey-go", func() (backend.Backend, error) {
-			return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{addr}})
-		}},
-		{"go-redis", func() (backend.Backend, error) {
-			return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}), nil
-		}},
-	}
-}
+func dialers(addr string) []dialer { return dialersFor([]string{addr}, false) }
 
 // TestMemoryFull: a server under noeviction whose memory is full (here:
 // maxmemory 1 byte) refuses every write that would grow its data. What

@@ -191,11 +191,10 @@ func commandStat(t testing.TB, srv *redistest.Server, cmd, field string) string 
 //     at once with the server's NOPERM error, after two refused requests
 //     (the acquire, and the leave that undoes a failed one; no retry
 //     loop), and nothing is written;
-//   - the wake-up channel pattern: SUBSCRIBE is refused. The lock does not
-//     fail the call (docs/security.md says so): the waiter still gets the
-//     lock once it is released, at its heartbeat, and leaves nothing
-//     behind. The test holds it to that, and logs how often the refused
-//     SUBSCRIBE was retried meanwhile.
+//   - the wake-up channel pattern: SUBSCRIBE is refused, and a waiter's
+//     Lock fails within 5 s with the server's NOPERM error naming the
+//     channel; the refusal is not retried (at most 3 refused SUBSCRIBEs),
+//     and the waiter leaves the queue, so nothing is left behind.
 func TestMissingPermission(t *testing.T) {
 	const free, contended = "free", "contended"
 	cases := []struct {
