@@ -132,7 +132,6 @@ type Backend struct {
 	hub     *pubsub.Hub
 	cluster *redis.ClusterClient // the client, when it is one
 	shards  *pubsub.ShardedHub   // SSubscribe; nil unless cluster is set
-	nodes   addrList             // the cluster's primaries as last seen
 	watch   *watcher             // key watching; nil unless made by Dial
 	closing sync.Once
 }
@@ -151,7 +150,7 @@ func New(client redis.UniversalClient) *Backend {
 	b.hub = pubsub.NewHub(b.dial)
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		b.cluster = cc
-		b.shards = pubsub.NewShardedHub(b.dialNode, b.nodeList)
+		b.shards = pubsub.NewShardedHub(b.dialNode, b.slotMap)
 	}
 	return b
 }

@@ -34,11 +34,6 @@ func (b *Backend) SSubscribe(ctx context.Context, channel string) (*backend.Subs
 	if b.shards == nil {
 		return nil, fmt.Errorf("%w: SSUBSCRIBE needs a *redis.ClusterClient, not %T", backend.ErrNotSupported, b.client)
 	}
-	if len(b.nodes.get()) == 0 {
-		// The first slot is looked for at the primaries the cluster
-		// reports, not at a seed address that may name no node.
-		_, _ = b.masters(ctx)
-	}
 	return b.shards.Subscribe(ctx, channel)
 }
 
@@ -62,7 +57,7 @@ func (b *Backend) dialNode(ctx context.Context, addr string, sink pubsub.Sink) (
 }
 
 // masters reloads the cluster client's view and returns its primaries'
-// clients, and notes their addresses for nodeList.
+// clients.
 func (b *Backend) masters(ctx context.Context) ([]*redis.Client, error) {
 	var (
 		mu      sync.Mutex
@@ -74,43 +69,21 @@ func (b *Backend) masters(ctx context.Context) ([]*redis.Client, error) {
 		clients = append(clients, c)
 		return nil
 	})
+	return clients, err
+}
+
+// slotMap implements pubsub.SlotMap with the cluster client's CLUSTER
+// SLOTS: each range's primary, the first node go-redis lists.
+func (b *Backend) slotMap(ctx context.Context) ([]pubsub.SlotRange, error) {
+	slots, err := b.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
-		return nil, err
+		return nil, mapError(err)
 	}
-	addrs := make([]string, len(clients))
-	for i, c := range clients {
-		addrs[i] = c.NodeAddress()
+	ranges := make([]pubsub.SlotRange, 0, len(slots))
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && s.Nodes[0].Addr != "" {
+			ranges = append(ranges, pubsub.SlotRange{First: uint16(s.Start), Last: uint16(s.End), Primary: s.Nodes[0].Addr})
+		}
 	}
-	slices.Sort(addrs)
-	b.nodes.set(addrs)
-	return clients, nil
-}
-
-// nodeList returns the cluster's primaries as last seen, or the client's
-// seed addresses before the first look: where the ShardedHub looks for a
-// slot it has not seen yet (a MOVED reply then names the owner). It sends
-// nothing: the hub calls it holding its lock.
-func (b *Backend) nodeList() []string {
-	if addrs := b.nodes.get(); len(addrs) > 0 {
-		return addrs
-	}
-	return b.cluster.Options().Addrs
-}
-
-// addrList is a list of addresses, replaced as a whole.
-type addrList struct {
-	mu    sync.Mutex
-	addrs []string
-}
-
-func (l *addrList) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.addrs
-}
-
-func (l *addrList) set(addrs []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.addrs = addrs
+	return ranges, nil
 }

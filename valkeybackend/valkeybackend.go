@@ -33,7 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,7 +70,7 @@ func New(client valkey.Client) *Backend {
 	if client.Mode() == valkey.ClientModeCluster {
 		b.nodes = newNodeWatcher(client)
 		d := &shardDialer{client: client, named: make(map[string]string)}
-		b.shards = pubsub.NewShardedHub(d.dial, d.nodes)
+		b.shards = pubsub.NewShardedHub(d.dial, d.slotMap)
 	}
 	return b
 }
@@ -747,15 +747,47 @@ type shardDialer struct {
 	named map[string]string // by node address: a channel a MOVED sent there
 }
 
-// nodes returns the nodes the client knows, in address order, where the
-// hub looks for a slot it has not seen yet (a MOVED then names its owner).
-func (d *shardDialer) nodes() []string {
-	var addrs []string
-	for addr := range d.client.Nodes() {
-		addrs = append(addrs, addr)
+// slotMap implements pubsub.SlotMap with one CLUSTER SLOTS through the
+// client: each range's primary, as "host:port". A node that does not
+// know its own address reports an empty host; that range is left out
+// (a MOVED names its owner) unless the client knows one node only.
+func (d *shardDialer) slotMap(ctx context.Context) ([]pubsub.SlotRange, error) {
+	entries, err := d.client.Do(ctx, d.client.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, serverError(err)
 	}
-	slices.Sort(addrs)
-	return addrs
+	var only string
+	if nodes := d.client.Nodes(); len(nodes) == 1 {
+		for addr := range nodes {
+			only, _, _ = net.SplitHostPort(addr)
+		}
+	}
+	ranges := make([]pubsub.SlotRange, 0, len(entries))
+	for _, e := range entries {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
+		}
+		first, err1 := f[0].AsInt64()
+		last, err2 := f[1].AsInt64()
+		primary, err3 := f[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(primary) < 2 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
+		}
+		host, _ := primary[0].ToString()
+		port, err := primary[1].AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
+		}
+		if host == "" {
+			host = only
+		}
+		if host == "" || host == "?" {
+			continue
+		}
+		ranges = append(ranges, pubsub.SlotRange{First: uint16(first), Last: uint16(last), Primary: net.JoinHostPort(host, strconv.FormatInt(port, 10))})
+	}
+	return ranges, nil
 }
 
 // dial implements pubsub.NodeDialer. A node named by a MOVED that the

@@ -49,7 +49,7 @@ func TestShardedSubscriptionMovedRightAfterItsConfirmation(t *testing.T) {
 		}
 		return movingConn{shardConn: conn.(*shardConn), to: "n3:3", armed: &armed}, done, nil
 	}
-	h := pubsub.NewShardedHub(dial, c.nodes)
+	h := pubsub.NewShardedHub(dial, c.slotMap)
 	defer h.Close()
 	s, err := h.Subscribe(context.Background(), ch)
 	if err != nil {

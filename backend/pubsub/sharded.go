@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,8 +25,12 @@ type NodeDialer func(ctx context.Context, addr string, sink Sink) (Conn, <-chan 
 // a Hub with the ordering the package documentation describes.
 //
 // A channel's slot is looked for at the node that last served it, at
-// first at one of the nodes the client knows; a MOVED reply names the
-// next node to try, and the hub remembers it for the slot. When a node
+// first at the primary the cluster's slot map names (SlotMap, loaded when
+// first needed and again once a MOVED reply, a moved slot or a node that
+// cannot be reached shows it out of date); a MOVED reply names the next
+// node to try, and the hub remembers it for the slot. Only a primary is
+// asked: a replica accepts SSUBSCRIBE for its primary's slots, and its
+// subscribers hear each message only after it has crossed the cluster bus. When a node
 // unsubscribes a channel by itself (its slot moved: a resharding or a
 // failover) or the node's connection ends, each Subscription of the
 // channel gets a Reconnect event, follows the slot to its new owner -
@@ -34,14 +39,14 @@ type NodeDialer func(ctx context.Context, addr string, sink Sink) (Conn, <-chan 
 // listens there again. A connection that ended is not dialed again for
 // the channels it had: they go wherever their slot is now.
 type ShardedHub struct {
-	dial  NodeDialer
-	nodes func() []string // the nodes the client knows, where an unknown slot is looked for
+	dial    NodeDialer
+	loadMap SlotMap
 
 	mu     sync.Mutex
 	routes map[uint16]string                // slot: the node that last served it
+	owners []SlotRange                      // the slot map, by first slot; nil until loaded or once out of date
 	hubs   map[string]*Hub                  // by node address
 	subs   map[*backend.Subscription]*route // open Subscriptions
-	picks  int                              // turns through the known nodes for slots of unknown owner
 	closed bool
 
 	stop chan struct{}
@@ -55,16 +60,28 @@ type route struct {
 	deliver func(backend.Event)
 }
 
+// SlotRange is a range of cluster slots, First to Last inclusive, and
+// the address ("host:port") of the primary that serves them.
+type SlotRange struct {
+	First, Last uint16
+	Primary     string
+}
+
+// SlotMap returns the cluster's slot ranges and their primaries as one
+// of its nodes tells (CLUSTER SLOTS, through the client's own
+// connections).
+type SlotMap func(ctx context.Context) ([]SlotRange, error)
+
 // NewShardedHub returns a ShardedHub that dials nodes with dial, and
-// looks for a slot it has not seen yet at the nodes nodes returns.
-func NewShardedHub(dial NodeDialer, nodes func() []string) *ShardedHub {
+// looks for a slot it has not seen yet at the primary loadMap names.
+func NewShardedHub(dial NodeDialer, loadMap SlotMap) *ShardedHub {
 	return &ShardedHub{
-		dial:   dial,
-		nodes:  nodes,
-		routes: make(map[uint16]string),
-		hubs:   make(map[string]*Hub),
-		subs:   make(map[*backend.Subscription]*route),
-		stop:   make(chan struct{}),
+		dial:    dial,
+		loadMap: loadMap,
+		routes:  make(map[uint16]string),
+		hubs:    make(map[string]*Hub),
+		subs:    make(map[*backend.Subscription]*route),
+		stop:    make(chan struct{}),
 	}
 }
 
@@ -79,7 +96,7 @@ const (
 
 // Subscribe implements backend.ShardedSubscriber.SSubscribe. An error
 // reaching the node is returned after one try (the caller retries), and
-// the hub looks at another node next time.
+// the hub loads the slot map again next time.
 func (h *ShardedHub) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
 	var s *backend.Subscription
 	s, deliver := backend.NewSubscription(channel, func() { h.release(s) })
@@ -102,7 +119,7 @@ func (h *ShardedHub) Subscribe(ctx context.Context, channel string) (*backend.Su
 func (h *ShardedHub) place(ctx context.Context, s *backend.Subscription) error {
 	slot := backend.Slot(s.Channel())
 	for range maxRedirects {
-		nh, addr, err := h.hubFor(slot)
+		nh, addr, err := h.hubFor(ctx, slot)
 		if err != nil {
 			return err
 		}
@@ -130,7 +147,7 @@ func (h *ShardedHub) place(ctx context.Context, s *backend.Subscription) error {
 			continue // its connection ended just now: try anew
 		}
 		// The node cannot be reached: the caller tries again, and the
-		// slot is looked for elsewhere then.
+		// slot is looked for in a fresh slot map then.
 		return err
 	}
 	return fmt.Errorf("pubsub: ssubscribe %q: more than %d MOVED replies", s.Channel(), maxRedirects)
@@ -160,21 +177,26 @@ func (h *ShardedHub) settle(s *backend.Subscription, nh *Hub) bool {
 }
 
 // hubFor returns the hub of the node that serves slot: the one that last
-// did, or the next of the nodes the client knows, in turn.
-func (h *ShardedHub) hubFor(slot uint16) (*Hub, string, error) {
+// did, else the primary the slot map names, the map loaded first if the
+// hub has none.
+func (h *ShardedHub) hubFor(ctx context.Context, slot uint16) (*Hub, string, error) {
+	addr, known, err := h.routeOf(slot)
+	if err != nil {
+		return nil, "", err
+	}
+	if !known {
+		ranges, err := h.loadMap(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("pubsub: the cluster's slot map: %w", err)
+		}
+		if addr, known = h.setOwners(ranges, slot); !known {
+			return nil, "", fmt.Errorf("pubsub: the cluster's slot map names no primary for slot %d", slot)
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, "", backend.ErrClosed
-	}
-	addr, ok := h.routes[slot]
-	if !ok {
-		nodes := h.nodes()
-		if len(nodes) == 0 {
-			return nil, "", fmt.Errorf("pubsub: no cluster node known to subscribe at")
-		}
-		addr = nodes[h.picks%len(nodes)]
-		h.picks++
 	}
 	nh := h.hubs[addr]
 	if nh == nil {
@@ -188,10 +210,59 @@ func (h *ShardedHub) hubFor(slot uint16) (*Hub, string, error) {
 	return nh, addr, nil
 }
 
+// routeOf returns the node that last served slot, else the one the slot
+// map names, if the hub has a map.
+func (h *ShardedHub) routeOf(slot uint16) (string, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return "", false, backend.ErrClosed
+	}
+	if addr, ok := h.routes[slot]; ok {
+		return addr, true, nil
+	}
+	addr, ok := ownerIn(h.owners, slot)
+	return addr, ok, nil
+}
+
+// setOwners keeps ranges as the slot map and returns slot's primary in it.
+func (h *ShardedHub) setOwners(ranges []SlotRange, slot uint16) (string, bool) {
+	owners := slices.Clone(ranges)
+	slices.SortFunc(owners, func(a, b SlotRange) int { return int(a.First) - int(b.First) })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.owners = owners
+	return ownerIn(owners, slot)
+}
+
+// ownerIn returns slot's primary in owners, sorted by first slot.
+func ownerIn(owners []SlotRange, slot uint16) (string, bool) {
+	i, _ := slices.BinarySearchFunc(owners, slot, func(r SlotRange, slot uint16) int {
+		switch {
+		case r.Last < slot:
+			return -1
+		case r.First > slot:
+			return 1
+		}
+		return 0
+	})
+	if i < len(owners) && owners[i].First <= slot && slot <= owners[i].Last && owners[i].Primary != "" {
+		return owners[i].Primary, true
+	}
+	return "", false
+}
+
+// staleLocked drops the slot map, out of date: the next slot of unknown owner
+// loads it again. The caller holds h.mu.
+func (h *ShardedHub) staleLocked() { h.owners = nil }
+
+// setRoute notes that a MOVED reply names addr for slot: the slot map is
+// out of date.
 func (h *ShardedHub) setRoute(slot uint16, addr string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.routes[slot] = addr
+	h.staleLocked()
 }
 
 // dropRoute forgets that addr serves slot.
@@ -201,12 +272,14 @@ func (h *ShardedHub) dropRoute(slot uint16, addr string) {
 	if h.routes[slot] == addr {
 		delete(h.routes, slot)
 	}
+	h.staleLocked()
 }
 
-// forget drops nh, the hub of addr, and every route to addr.
+// forget drops nh, the hub of addr, every route to addr and the slot map.
 func (h *ShardedHub) forget(addr string, nh *Hub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.staleLocked()
 	for slot, a := range h.routes {
 		if a == addr {
 			delete(h.routes, slot)
@@ -238,6 +311,7 @@ func (h *ShardedHub) lost(channel string, subs map[*backend.Subscription]func(ba
 		return
 	}
 	delete(h.routes, backend.Slot(channel))
+	h.staleLocked()
 	var moving []*backend.Subscription
 	for s := range subs {
 		if r := h.subs[s]; r != nil {

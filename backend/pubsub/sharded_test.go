@@ -27,6 +27,14 @@ type fakeCluster struct {
 	// crossSlot counts the SUNSUBSCRIBEs of channels of several slots,
 	// which a server refuses (CROSSSLOT).
 	crossSlot int
+	// frozen, when set, is the slot map the cluster reports (out of date
+	// once slots move); else it reports the owners as they are.
+	frozen []pubsub.SlotRange
+	loads  int // slot maps reported
+	moved  int // MOVED replies
+	// replicaOf names each replica's primary: as Redis does, a replica
+	// accepts SSUBSCRIBE for its primary's slots.
+	replicaOf map[string]string
 }
 
 func newFakeCluster(nodes ...string) *fakeCluster {
@@ -39,6 +47,40 @@ func (c *fakeCluster) ownerOf(slot uint16) string {
 		return o
 	}
 	return c.byDial[0]
+}
+
+// slotMap is the hub's pubsub.SlotMap: the slot owners as they are, or
+// the frozen map.
+func (c *fakeCluster) slotMap(context.Context) ([]pubsub.SlotRange, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loads++
+	if c.frozen != nil {
+		return c.frozen, nil
+	}
+	return c.rangesLocked(), nil
+}
+
+// rangesLocked returns the slot owners as ranges.
+func (c *fakeCluster) rangesLocked() []pubsub.SlotRange {
+	var out []pubsub.SlotRange
+	for slot := range 16384 {
+		owner := c.ownerOf(uint16(slot))
+		if n := len(out); n > 0 && out[n-1].Primary == owner {
+			out[n-1].Last = uint16(slot)
+			continue
+		}
+		out = append(out, pubsub.SlotRange{First: uint16(slot), Last: uint16(slot), Primary: owner})
+	}
+	return out
+}
+
+// freeze makes the cluster report its slot map as it is now, whatever
+// moves later.
+func (c *fakeCluster) freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = c.rangesLocked()
 }
 
 func (c *fakeCluster) nodes() []string {
@@ -129,7 +171,8 @@ func (sc *shardConn) Subscribe(_ context.Context, channels ...string) error {
 			return &backend.ServerError{Message: "CROSSSLOT Keys in request don't hash to the same slot"}
 		}
 	}
-	if owner := sc.c.ownerOf(slot); owner != sc.addr {
+	if owner := sc.c.ownerOf(slot); owner != sc.addr && sc.c.replicaOf[sc.addr] != owner {
+		sc.c.moved++
 		return &backend.ServerError{Message: fmt.Sprintf("MOVED %d %s", slot, owner)}
 	}
 	for _, ch := range channels {
@@ -193,11 +236,14 @@ func heard(t *testing.T, c *fakeCluster, s *backend.Subscription, payload string
 	t.Fatalf("%q never reached the subscription of %s", payload, s.Channel())
 }
 
+// TestShardedSubscribeFollowsMovedToTheOwner: a slot map out of date
+// names the wrong node, whose MOVED reply names the owner.
 func TestShardedSubscribeFollowsMovedToTheOwner(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
 	ch := "wake:{a}:1"
+	c.freeze()
 	c.move(backend.Slot(ch), "n2:2")
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	s, err := h.Subscribe(context.Background(), ch)
 	if err != nil {
@@ -222,7 +268,7 @@ func TestShardedSubscribeFollowsMovedToTheOwner(t *testing.T) {
 
 func TestShardedSubscribeGroupsChannelsBySlot(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	chans := []string{"wake:{a}:1", "wake:{b}:1", "wake:{a}:2", "wake:{c}:1"}
 	var wg sync.WaitGroup
@@ -247,7 +293,7 @@ func TestShardedSubscribeGroupsChannelsBySlot(t *testing.T) {
 func TestShardedSubscriptionFollowsAMovedSlot(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
 	ch := "wake:{a}:1"
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	s, err := h.Subscribe(context.Background(), ch)
 	if err != nil {
@@ -268,7 +314,7 @@ func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
 	ch := "wake:{a}:1"
 	other := "wake:{b}:1" // on the same node, another slot
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	s, err := h.Subscribe(context.Background(), ch)
 	if err != nil {
@@ -296,7 +342,7 @@ func TestShardedSubscriptionFollowsAFailover(t *testing.T) {
 func TestShardedHubCloseStopsFollowing(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
 	ch := "wake:{a}:1"
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	s, err := h.Subscribe(context.Background(), ch)
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +370,7 @@ func TestShardedSubscribeFailsOverToAnotherKnownNode(t *testing.T) {
 	ch := "wake:{a}:1"
 	c.move(backend.Slot(ch), "n2:2")
 	c.kill("n1:1") // the first node the client knows is gone
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	var s *backend.Subscription
 	var err error
@@ -346,12 +392,13 @@ func TestShardedSubscribeFailsOverToAnotherKnownNode(t *testing.T) {
 func TestShardedUnsubscribeBySlot(t *testing.T) {
 	c := newFakeCluster("n1:1", "n2:2", "n3:3")
 	var chans []string
+	c.freeze()
 	for i := 0; len(chans) < 40; i++ {
 		ch := fmt.Sprintf("wake:{%d}", i)
 		c.move(backend.Slot(ch), "n3:3")
 		chans = append(chans, ch)
 	}
-	h := pubsub.NewShardedHub(c.dial, c.nodes)
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
 	defer h.Close()
 	var wg sync.WaitGroup
 	for _, ch := range chans {
@@ -371,5 +418,78 @@ func TestShardedUnsubscribeBySlot(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.crossSlot > 0 {
 		t.Fatalf("%d SUNSUBSCRIBEs of channels of several slots", c.crossSlot)
+	}
+}
+
+// TestShardedSubscribeGoesToTheSlotsPrimary: the first SSUBSCRIBE of a
+// slot goes to the primary the slot map names - no MOVED, no other node
+// dialed. A replica, which accepts SSUBSCRIBE for its primary's slots
+// and hears each message only after it crossed the cluster bus, is never
+// asked: the map names primaries only.
+func TestShardedSubscribeGoesToTheSlotsPrimary(t *testing.T) {
+	c := newFakeCluster("n1:1", "n2:2", "n3:3", "r2:4")
+	c.replicaOf = map[string]string{"r2:4": "n2:2"}
+	chans := []string{"wake:{a}:1", "wake:{b}:1", "wake:{c}:1"}
+	owners := []string{"n2:2", "n3:3", "n1:1"}
+	for i, ch := range chans {
+		c.move(backend.Slot(ch), owners[i])
+	}
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
+	defer h.Close()
+	for i, ch := range chans {
+		s, err := h.Subscribe(context.Background(), ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got := c.subscribers(owners[i], ch); got != 1 {
+			t.Fatalf("%s: its primary %s has %d subscribers, want 1", ch, owners[i], got)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.moved != 0 || c.loads != 1 {
+		t.Fatalf("%d MOVED replies and %d slot maps loaded, want 0 and 1", c.moved, c.loads)
+	}
+	for _, n := range owners {
+		if c.dials[n] != 1 {
+			t.Fatalf("%s dialed %d times, want once: %v", n, c.dials[n], c.dials)
+		}
+	}
+	if c.dials["r2:4"] != 0 {
+		t.Fatal("the replica was dialed")
+	}
+}
+
+// TestShardedSlotMapReloadedWhenOutOfDate: a MOVED reply shows the slot
+// map out of date; the next slot of unknown owner is looked for in a
+// fresh one, not at the node the old map names.
+func TestShardedSlotMapReloadedWhenOutOfDate(t *testing.T) {
+	c := newFakeCluster("n1:1", "n2:2", "n3:3")
+	a, b := "wake:{a}:1", "wake:{b}:1"
+	c.freeze()
+	c.move(backend.Slot(a), "n2:2")
+	c.move(backend.Slot(b), "n3:3")
+	h := pubsub.NewShardedHub(c.dial, c.slotMap)
+	defer h.Close()
+	sa, err := h.Subscribe(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	c.mu.Lock()
+	c.frozen = nil // the cluster now reports its slots as they are
+	movedBefore := c.moved
+	c.mu.Unlock()
+	sb, err := h.Subscribe(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	heard(t, c, sb, "0")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.moved != movedBefore || c.loads != 2 {
+		t.Fatalf("the second slot met %d MOVED replies, %d slot maps loaded in all; want 0 and 2", c.moved-movedBefore, c.loads)
 	}
 }

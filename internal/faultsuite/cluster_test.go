@@ -325,3 +325,72 @@ func formatRedirections(m map[string]int64) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// TestClusterShardSubscriptionsAtPrimaries: every adapter's sharded
+// subscriptions sit at the primary that owns their slot, never at a
+// replica, found there from the cluster's slot map (pubsub.SlotMap). A
+// replica accepts SSUBSCRIBE for its primary's slots, and its subscribers
+// hear each SPUBLISH only after it crossed the cluster bus - up to 40 ms
+// late on Redis 7.0 (Nagle's algorithm on the bus links,
+// docs/adapters.md).
+func TestClusterShardSubscriptionsAtPrimaries(t *testing.T) {
+	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	channels := make([]string, 24) // over 24 slots, 8 a primary on average
+	for i := range channels {
+		channels[i] = fmt.Sprintf("fault:ssub:{%d}", i)
+	}
+	for _, a := range dialersFor(c.Addrs(), true) {
+		t.Run(a.name, func(t *testing.T) {
+			b, err := a.dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ss, ok := b.(backend.ShardedSubscriber)
+			if !ok || !ss.Sharded() {
+				t.Fatalf("%s: no sharded subscriptions on a cluster client", a.name)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, ch := range channels {
+				s, err := ss.SSubscribe(ctx, ch)
+				if err != nil {
+					t.Fatalf("SSUBSCRIBE %s: %v", ch, err)
+				}
+				defer s.Close()
+			}
+			at := map[string]int{}
+			for _, p := range c.Primaries(t) {
+				for _, r := range c.ReplicasOf(t, p) {
+					if n := shardSubscribed(t, r); n != 0 {
+						t.Errorf("replica %s (of %s) holds %d sharded subscriptions", r.Addr(), p.Addr(), n)
+					}
+				}
+				at[p.Addr()] = shardSubscribed(t, p)
+			}
+			for _, ch := range channels {
+				owner := c.PrimaryForSlot(t, redistest.SlotOf(ch))
+				if reply := owner.Do(t, "PUBSUB", "SHARDNUMSUB", ch); fmt.Sprint(reply) != fmt.Sprintf("[%s 1]", ch) {
+					t.Errorf("%s: PUBSUB SHARDNUMSUB at its primary %s = %v, want 1 subscriber", ch, owner.Addr(), reply)
+				}
+			}
+			t.Logf("figures: %d channels; sharded subscriptions by primary %v", len(channels), at)
+		})
+	}
+}
+
+// shardSubscribed returns how many sharded subscriptions the clients of
+// node hold (the ssub= fields of CLIENT LIST).
+func shardSubscribed(t *testing.T, node *redistest.Server) int {
+	t.Helper()
+	list, _ := node.Do(t, "CLIENT", "LIST").(string)
+	n := 0
+	for _, f := range strings.Fields(list) {
+		if v, ok := strings.CutPrefix(f, "ssub="); ok {
+			k := 0
+			fmt.Sscan(v, &k)
+			n += k
+		}
+	}
+	return n
+}
