@@ -269,6 +269,11 @@ func TestOwner_Deadline(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the deadline never ended the hold")
 	}
+	// The owner's onEnd runs after Done closes, outside its lock.
+	told := time.Now().Add(10 * time.Second)
+	for len(e.of(h)) == 0 && time.Now().Before(told) {
+		time.Sleep(time.Millisecond)
+	}
 	if !errors.Is(h.Err(), ErrLockLost) || len(e.of(h)) != 1 {
 		t.Fatalf("ended with %v, told %d times", h.Err(), len(e.of(h)))
 	}
