@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "9cb4753f53a009a1ac0e48908a618936d45c5977",
-	"delete":           "657fb64bbe0d44aafecd5c39b4d1356a335ae295",
+	"acquire":          "9befc3aceb1dd72349eb7cfcbcf16dab69eaf727",
+	"delete":           "f35e69e7c2062c13d5181d9aa48b8d5ab8793340",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "2a00b586f05bf8389f6f5bde52eece8cd4c5dc41",
-	"inspect":          "03a9d551707f5372a57c43f6e7264b03df7b1b2c",
-	"leave":            "663ddb0f66b5681de5eee1f5fa32be81a140a0de",
-	"prune":            "5c39e3b88c9750cbf43c79d35ee022e5f652aa03",
+	"force_unlock":     "81183eab5188317aee2c048815012cd330e023a1",
+	"inspect":          "23f2a857d47f28745ec0e29a28d067fe4f8e3f32",
+	"leave":            "dba04bf731bbcb76c2fbd6e54b21e689d653dde8",
+	"prune":            "34e52ed5f5a88e920362ec785d1427f93afa8380",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "e2f3babb40417c46016ca57f87a026d7f76a52d6",
+	"renew":            "0705f7bb7ed542e76c19185dd8e833a773b8568e",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "87caa9709da918d9b9c220675d89b3a2534056f1",
+	"unlock":           "28f1381c88bf68c5b88988a768739a4aedaf7822",
 }

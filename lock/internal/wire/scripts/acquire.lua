@@ -53,6 +53,13 @@ do
 end
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
+if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+  -- Nobody holds the lock and nobody waits: a new hold, in one read and
+  -- three writes (what the steps below come to in this case, read by read).
+  redis.call('hset', KEYS[1], me, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, next_token(KEYS[5], lease), 1}
+end
 local waiter_timeout = tonumber(ARGV[3])
 local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 

@@ -258,15 +258,17 @@ end
 -- microseconds, which is past every token drawn before unless the lock was
 -- granted more than a thousand times a millisecond on average (X15: the
 -- counter does not outlive its use, and tokens never go backwards). The
--- counter lives as long as the hold and a second more.
+-- counter lives as long as the hold and a second more: one read and one
+-- write (SET with its expiry), where INCR and PEXPIRE were two writes.
 local function next_token(token_key, lease)
-  -- The counter starts far above 1, so 1 means INCR found no counter.
-  local token = redis.call('incr', token_key)
-  if token == 1 then
+  local last = redis.call('get', token_key)
+  local token
+  if last then
+    token = tonumber(last) + 1
+  else
     token = server_now() * 1000
-    redis.call('set', token_key, token)
   end
-  redis.call('pexpire', token_key, lease + token_keep)
+  redis.call('set', token_key, string.format('%.0f', token), 'px', lease + token_keep)
   return token
 end
 
