@@ -19,7 +19,7 @@
 # server against the cluster; memory per lock name, hold and waiter; a
 # model of larger deployments). It writes its section of BENCHMARKS.md
 # (keeping the rest), benchmarks/cluster.svg and benchmarks/cluster.json,
-# in about 3 minutes on 2 cores; the main run keeps that section from
+# in about 4 minutes on 2 cores; the main run keeps that section from
 # benchmarks/cluster.json. --cluster --quick: about 40 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
