@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "9befc3aceb1dd72349eb7cfcbcf16dab69eaf727",
-	"delete":           "f35e69e7c2062c13d5181d9aa48b8d5ab8793340",
+	"acquire":          "faa2d98a6b09c61e3100804ebacfb61a17344bb4",
+	"delete":           "bc266a2aab78aa137bd3078fefaa0e725f0528ed",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "81183eab5188317aee2c048815012cd330e023a1",
-	"inspect":          "23f2a857d47f28745ec0e29a28d067fe4f8e3f32",
-	"leave":            "dba04bf731bbcb76c2fbd6e54b21e689d653dde8",
-	"prune":            "34e52ed5f5a88e920362ec785d1427f93afa8380",
+	"force_unlock":     "612803b1e3267100502dd1899305c675aa5908ec",
+	"inspect":          "477710ef16cf8053e923516dab815661d44bc09d",
+	"leave":            "a5699fb45dae0519f24e7ee00a0b7b4c2a1b6061",
+	"prune":            "94e330c457050d04dd12b0858d1d8ec91af014ae",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "0705f7bb7ed542e76c19185dd8e833a773b8568e",
+	"renew":            "365ae83205552bc2d4ebe1f7fc4b7b2f621715d6",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "28f1381c88bf68c5b88988a768739a4aedaf7822",
+	"unlock":           "407f159833986225f12011009bcfd5411c40ecfb",
 }

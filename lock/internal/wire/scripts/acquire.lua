@@ -53,13 +53,6 @@ do
 end
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
-if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-  -- Nobody holds the lock and nobody waits: a new hold, in one read and
-  -- three writes (what the steps below come to in this case, read by read).
-  redis.call('hset', KEYS[1], me, 1)
-  redis.call('pexpire', KEYS[1], lease)
-  return {1, next_token(KEYS[5], lease), 1}
-end
 local waiter_timeout = tonumber(ARGV[3])
 local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 
@@ -168,10 +161,9 @@ else
   -- while the chain is fresh. Never more: a chain that added to the last
   -- deadline grew with every turn, as fairlock acquisitions take nothing
   -- off it.
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+  local last = drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
   local javas = math.max(redis.call('zcard', KEYS[3]) - redis.call('zcard', KEYS[4]), 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
-  local last = redis.call('lindex', KEYS[2], -1)
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)
     if last_deadline then

@@ -211,16 +211,17 @@ end
 -- Redisson waiters whose deadline has passed), so that whoever queues
 -- next chains its deadline on a live waiter: a Redisson waiter chaining
 -- on a dead entry gets a negative hint and a deadline that may have
--- passed already (X11). Only that run is visited (X8).
+-- passed already (X11). Only that run is visited (X8). Returns the live
+-- tail left (nil: the queue is empty).
 local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   while true do
     local tail = redis.call('lindex', queue, -1)
     if not tail then
-      return
+      return nil
     end
     local dead, live = is_dead(timeouts, alive, tail)
     if not dead then
-      return
+      return tail
     end
     drop_dead('rpop', queue, timeouts, alive, channel_prefix, publish, tail, live)
   end
@@ -252,6 +253,18 @@ local function extend(hash, token_key, lease, ttl)
   keep_token(token_key, lease)
 end
 
+-- token_read is the token counter's value as this run last read or wrote
+-- it (false: no counter), nil before the first read: a script reads it
+-- once (read_token), as the release that hands the lock over reads the
+-- holder's token and then draws the next. A script has one token key.
+local token_read = nil
+local function read_token(token_key)
+  if token_read == nil then
+    token_read = redis.call('get', token_key)
+  end
+  return token_read
+end
+
 -- next_token draws the fencing token of a new hold (X6). While the counter
 -- lives it counts up by one; when it has expired (the lock unused for a
 -- lease and a second), it starts again from the server's clock in
@@ -261,14 +274,15 @@ end
 -- counter lives as long as the hold and a second more: one read and one
 -- write (SET with its expiry), where INCR and PEXPIRE were two writes.
 local function next_token(token_key, lease)
-  local last = redis.call('get', token_key)
+  local last = read_token(token_key)
   local token
   if last then
     token = tonumber(last) + 1
   else
     token = server_now() * 1000
   end
-  redis.call('set', token_key, string.format('%.0f', token), 'px', lease + token_keep)
+  token_read = string.format('%.0f', token)
+  redis.call('set', token_key, token_read, 'px', lease + token_keep)
   return token
 end
 
@@ -338,7 +352,7 @@ end
 -- token issued for the lock, which is the holder's as long as the hash
 -- exists (only a new grant draws another).
 local function hold_token(token_key)
-  return tonumber(redis.call('get', token_key) or '0')
+  return tonumber(read_token(token_key) or '0')
 end
 
 -- tell_evicted tells the client of every holder of the lock that its hold
