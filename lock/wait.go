@@ -27,9 +27,9 @@ type waiter struct {
 	call     wire.Acquire // view is filled in for each attempt
 	lease    time.Duration
 	watchdog bool
-	retry    *retrier
+	retry    retrier
 	tr       observe.AcquireTracker // nil without an observer
-	result   *observe.AcquireResult
+	result   observe.AcquireResult  // copied to the caller's when the call ends
 
 	sub     *backend.Subscription // this owner's wake-up channel, once queued
 	subbing *background           // its Subscribe in flight (startSubscribe)
