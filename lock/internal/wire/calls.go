@@ -33,10 +33,14 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	if a.Once {
 		mode = "once"
 	}
-	args := append(append([]string{
-		a.Owner, ms(a.Lease), ms(a.WaiterTimeout), mode,
-		a.Wake.ChannelPrefix, a.Wake.Publish, ms(a.MaxHint), ms(a.Slack),
-	}, a.View.args()...), ms(a.HoldLease), flag(a.Retry))
+	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
+		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds())
+	args := []string{
+		a.Owner, n[0], n[1], mode,
+		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
+		n[4], n[5], // View
+		n[6], flag(a.Retry),
+	}
 	return backend.Call{Script: s.acquire, Keys: k.Script(), Args: args}
 }
 
@@ -80,8 +84,11 @@ type Unlock struct {
 
 // Call returns the script invocation.
 func (u Unlock) Call(s *Scripts, k Keys) backend.Call {
-	args := append(append([]string{u.Owner, ms(u.Lease), u.Wake.ChannelPrefix, u.Wake.Publish, ms(u.Latch)}, u.View.args()...), flag(u.Retry))
-	return backend.Call{Script: s.unlock, Keys: append(k.Script(), k.Latch+":"+u.RequestID), Args: args}
+	n := decimals(u.Lease.Milliseconds(), u.Latch.Milliseconds(), u.View.Token, int64(u.View.Count))
+	args := []string{u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry)}
+	// k.Script() and the latch, in one slice.
+	keys := []string{k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":" + u.RequestID}
+	return backend.Call{Script: s.unlock, Keys: keys, Args: args}
 }
 
 // DecodeUnlock returns the hold count left (0: released), or -1 when the
@@ -136,7 +143,8 @@ type Renew struct {
 
 // Call returns the script invocation.
 func (r Renew) Call(s *Scripts, k Keys) backend.Call {
-	return backend.Call{Script: s.renew, Keys: k.Script(), Args: []string{r.Owner, ms(r.Lease), itoa(r.Token), ms(r.HoldLease), r.Wake.ChannelPrefix, r.Wake.Publish}}
+	n := decimals(r.Lease.Milliseconds(), r.Token, r.HoldLease.Milliseconds())
+	return backend.Call{Script: s.renew, Keys: k.Script(), Args: []string{r.Owner, n[0], n[1], n[2], r.Wake.ChannelPrefix, r.Wake.Publish}}
 }
 
 // RenewReply is renew.lua's answer.

@@ -232,3 +232,44 @@ func TestServerInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestDecimals checks that decimals formats as strconv does, numbers of
+// every length included.
+func TestDecimals(t *testing.T) {
+	ns := []int64{0, 7, -1, 99, 100, 30000, -9223372036854775808, 9223372036854775807}
+	got := decimals(ns...)
+	for i, n := range ns {
+		if want := strconv.FormatInt(n, 10); got[i] != want {
+			t.Errorf("decimals: part %d is %q, want %q", i, got[i], want)
+		}
+	}
+	if one := decimals(42); one[0] != "42" || one[1] != "" {
+		t.Errorf("decimals(42) = %q", one)
+	}
+}
+
+// TestCallsAllocate bounds the allocations of the calls every
+// Lock+Unlock sends: the argument and key slices and one string for all
+// the numbers (and Unlock's latch key).
+func TestCallsAllocate(t *testing.T) {
+	s := NewScripts()
+	k, _ := Derive("alloc")
+	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
+	v := View{Token: 123456, Count: 2}
+	for _, c := range []struct {
+		name string
+		max  float64
+		call func() backend.Call
+	}{
+		{"acquire", 3, func() backend.Call {
+			return Acquire{Owner: "c:1", Lease: 30 * time.Second, WaiterTimeout: 5 * time.Second, Wake: w, MaxHint: 1666 * time.Millisecond, Slack: time.Second, View: v}.Call(s, k)
+		}},
+		{"unlock", 4, func() backend.Call {
+			return Unlock{Owner: "c:1", Lease: 30 * time.Second, Wake: w, Latch: 10 * time.Second, View: v, RequestID: "ab"}.Call(s, k)
+		}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { _ = c.call() }); n > c.max {
+			t.Errorf("%s: %v allocations per call, want at most %v", c.name, n, c.max)
+		}
+	}
+}
