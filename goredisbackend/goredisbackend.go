@@ -387,6 +387,9 @@ func evalCmd(ctx context.Context, name, payload string, keys, args []string) *re
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false // without the two allocations the checks below make
+	}
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
