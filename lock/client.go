@@ -319,7 +319,17 @@ const cleanupTimeout = 2 * time.Second
 
 // cleanupContext keeps ctx's values (trace spans) but not its cancellation.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	return context.WithTimeout(withoutCancel(ctx), cleanupTimeout)
+}
+
+// withoutCancel is context.WithoutCancel, but returns ctx itself when it
+// has no cancellation or deadline to drop (Background, TODO, values on
+// them), which saves an allocation.
+func withoutCancel(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // subscribe subscribes to a lock's wake-up channel the way the client

@@ -448,7 +448,7 @@ func (w *waiter) woke(e backend.Event) {
 // by ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
 // fewer replicas acknowledged is an error (X9): the caller undoes it.
 func (c *Client) evalAcquire(ctx context.Context, k wire.Keys, a wire.Acquire) (wire.AcquireReply, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+	ctx, cancel := context.WithTimeout(withoutCancel(ctx), attemptTimeout)
 	defer cancel()
 	call := a.Call(c.scripts, k)
 	if c.cfg.replicas == 0 {
