@@ -35,13 +35,15 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	}
 	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
 		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds())
-	args := []string{
+	// KEYS (k.Script()) then ARGV, in one slice.
+	kv := []string{
+		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token,
 		a.Owner, n[0], n[1], mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
 		n[4], n[5], // View
 		n[6], flag(a.Retry),
 	}
-	return backend.Call{Script: s.acquire, Keys: k.Script(), Args: args}
+	return backend.Call{Script: s.acquire, Keys: kv[:5:5], Args: kv[5:]}
 }
 
 // AcquireReply is acquire.lua's answer.
@@ -85,10 +87,12 @@ type Unlock struct {
 // Call returns the script invocation.
 func (u Unlock) Call(s *Scripts, k Keys) backend.Call {
 	n := decimals(u.Lease.Milliseconds(), u.Latch.Milliseconds(), u.View.Token, int64(u.View.Count))
-	args := []string{u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry)}
-	// k.Script() and the latch, in one slice.
-	keys := []string{k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":" + u.RequestID}
-	return backend.Call{Script: s.unlock, Keys: keys, Args: args}
+	// KEYS (k.Script() and the latch) then ARGV, in one slice.
+	kv := []string{
+		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":" + u.RequestID,
+		u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry),
+	}
+	return backend.Call{Script: s.unlock, Keys: kv[:6:6], Args: kv[6:]}
 }
 
 // DecodeUnlock returns the hold count left (0: released), or -1 when the

@@ -249,8 +249,8 @@ func TestDecimals(t *testing.T) {
 }
 
 // TestCallsAllocate bounds the allocations of the calls every
-// Lock+Unlock sends: the argument and key slices and one string for all
-// the numbers (and Unlock's latch key).
+// Lock+Unlock sends: one slice for the keys and arguments, one string for
+// all the numbers (and Unlock's latch key).
 func TestCallsAllocate(t *testing.T) {
 	s := NewScripts()
 	k, _ := Derive("alloc")
@@ -261,10 +261,10 @@ func TestCallsAllocate(t *testing.T) {
 		max  float64
 		call func() backend.Call
 	}{
-		{"acquire", 3, func() backend.Call {
+		{"acquire", 2, func() backend.Call {
 			return Acquire{Owner: "c:1", Lease: 30 * time.Second, WaiterTimeout: 5 * time.Second, Wake: w, MaxHint: 1666 * time.Millisecond, Slack: time.Second, View: v}.Call(s, k)
 		}},
-		{"unlock", 4, func() backend.Call {
+		{"unlock", 3, func() backend.Call {
 			return Unlock{Owner: "c:1", Lease: 30 * time.Second, Wake: w, Latch: 10 * time.Second, View: v, RequestID: "ab"}.Call(s, k)
 		}},
 	} {
