@@ -303,14 +303,12 @@ func newUUID() (string, error) {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
 }
 
-// newRequestID returns 16 random bytes in hex, as Redisson's unlock
-// request IDs.
-func newRequestID() (string, error) {
+// newRequestID returns 16 random bytes, an unlock's request ID (sent in
+// hex, as Redisson's).
+func newRequestID() ([16]byte, error) {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
+	_, err := rand.Read(b[:])
+	return b, err
 }
 
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled

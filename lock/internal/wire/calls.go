@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -78,7 +80,7 @@ type Unlock struct {
 	Wake      Wake
 	Latch     time.Duration // how long the result is kept for a retry
 	View      View          // the hold released, as the client knows it
-	RequestID string        // names the latch
+	RequestID [16]byte      // names the latch, in hex (Redisson's request IDs)
 	// Retry says the request may have run before: only then can its
 	// latch exist, and only then does the script read it.
 	Retry bool
@@ -89,10 +91,23 @@ func (u Unlock) Call(s *Scripts, k Keys) backend.Call {
 	n := decimals(u.Lease.Milliseconds(), u.Latch.Milliseconds(), u.View.Token, int64(u.View.Count))
 	// KEYS (k.Script() and the latch) then ARGV, in one slice.
 	kv := []string{
-		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":" + u.RequestID,
+		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, latchKey(k, u.RequestID),
 		u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry),
 	}
 	return backend.Call{Script: s.unlock, Keys: kv[:6:6], Args: kv[6:]}
+}
+
+// latchKey is the latch of request id: k.Latch, ":" and the ID in hex,
+// built in one allocation.
+func latchKey(k Keys, id [16]byte) string {
+	var hexID [2 * len(id)]byte
+	hex.Encode(hexID[:], id[:])
+	var b strings.Builder
+	b.Grow(len(k.Latch) + 1 + len(hexID))
+	b.WriteString(k.Latch)
+	b.WriteByte(':')
+	b.Write(hexID[:])
+	return b.String()
 }
 
 // DecodeUnlock returns the hold count left (0: released), or -1 when the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestCallsMatchScripts(t *testing.T) {
 	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
 	calls := []backend.Call{
 		Acquire{Owner: "c:1", Lease: time.Second, WaiterTimeout: time.Second, Wake: w}.Call(s, k),
-		Unlock{Owner: "c:1", Lease: time.Second, Wake: w, Latch: time.Second, RequestID: "ab"}.Call(s, k),
+		Unlock{Owner: "c:1", Lease: time.Second, Wake: w, Latch: time.Second, RequestID: [16]byte{0xab}}.Call(s, k),
 		Leave{Owner: "c:1", Wake: w}.Call(s, k),
 		Renew{Owner: "c:1", Lease: time.Second, Token: 1, HoldLease: time.Second, Wake: w}.Call(s, k),
 		Evict{Wake: w}.Call(s, k),
@@ -265,11 +266,22 @@ func TestCallsAllocate(t *testing.T) {
 			return Acquire{Owner: "c:1", Lease: 30 * time.Second, WaiterTimeout: 5 * time.Second, Wake: w, MaxHint: 1666 * time.Millisecond, Slack: time.Second, View: v}.Call(s, k)
 		}},
 		{"unlock", 3, func() backend.Call {
-			return Unlock{Owner: "c:1", Lease: 30 * time.Second, Wake: w, Latch: 10 * time.Second, View: v, RequestID: "ab"}.Call(s, k)
+			return Unlock{Owner: "c:1", Lease: 30 * time.Second, Wake: w, Latch: 10 * time.Second, View: v, RequestID: [16]byte{0xab}}.Call(s, k)
 		}},
 	} {
 		if n := testing.AllocsPerRun(100, func() { _ = c.call() }); n > c.max {
 			t.Errorf("%s: %v allocations per call, want at most %v", c.name, n, c.max)
 		}
+	}
+}
+
+// TestLatchKey: an unlock's latch is the lock's latch prefix, ":" and its
+// request ID in hex.
+func TestLatchKey(t *testing.T) {
+	k, _ := Derive("orders")
+	id := [16]byte{0x01, 0xab, 15: 0xff}
+	call := Unlock{RequestID: id}.Call(NewScripts(), k)
+	if want := k.Latch + ":01ab" + strings.Repeat("00", 13) + "ff"; call.Keys[5] != want {
+		t.Errorf("latch key %q, want %q", call.Keys[5], want)
 	}
 }
