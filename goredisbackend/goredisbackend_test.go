@@ -343,3 +343,9 @@ func TestRedisotel(t *testing.T) {
 		t.Errorf("script spans of an uncontended Lock+Unlock: %q, want two evalsha", names)
 	}
 }
+
+// BenchmarkLock runs conformance.Benchmark against a local redis-server.
+func BenchmarkLock(b *testing.B) {
+	srv := redistest.Start(b)
+	conformance.Benchmark(b, backendtest.GoRedis(redis.UniversalOptions{Addrs: []string{srv.Addr()}}))
+}

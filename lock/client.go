@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,10 +30,14 @@ type Client struct {
 	memory     memoryPolicy // the server's memory policy, as last read (X18)
 
 	mu     sync.Mutex
-	owners map[string]*entry             // owners with a call in flight, a live hold or a parked subscription
-	holds  map[*Hold]holdRef             // live holds, for the watchdog
-	byHash map[string]map[*Hold]struct{} // the same, by lock hash (a watch or a notice names one lock)
-	parked int                           // owners with a parked subscription (park.go)
+	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
+	holds  map[*Hold]holdRef // live holds, for the watchdog
+	// byHash has the same holds by lock hash (a watch or a notice names
+	// one lock): a short list, one hold per owner of the client holding
+	// the lock (a slice, not a set: a new one costs one allocation, not
+	// two).
+	byHash map[string][]*Hold
+	parked int // owners with a parked subscription (park.go)
 	closed bool
 
 	closing chan struct{}  // closed by Close: waiting calls stop
@@ -93,7 +98,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		scripts: scripts,
 		owners:  make(map[string]*entry),
 		holds:   make(map[*Hold]holdRef),
-		byHash:  make(map[string]map[*Hold]struct{}),
+		byHash:  make(map[string][]*Hold),
 		closing: make(chan struct{}),
 	}
 	c.dog = startWatchdog(c)
@@ -174,7 +179,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	holds := c.holds
 	c.holds = make(map[*Hold]holdRef)
-	c.byHash = make(map[string]map[*Hold]struct{})
+	c.byHash = make(map[string][]*Hold)
 	c.mu.Unlock()
 	for h, ref := range holds {
 		ref.o.end(h, ErrClosed)
@@ -183,16 +188,20 @@ func (c *Client) Close() error {
 }
 
 // begin counts a call in flight, or returns ErrClosed after Close. The
-// caller calls the returned function when it is done.
-func (c *Client) begin() (func(), error) {
+// caller calls end when it is done. (A returned c.calls.Done would cost
+// an allocation per call.)
+func (c *Client) begin() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.calls.Add(1)
-	return c.calls.Done, nil
+	return nil
 }
+
+// end ends a call counted by begin.
+func (c *Client) end() { c.calls.Done() }
 
 func (c *Client) isClosed() bool {
 	select {
@@ -222,11 +231,9 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	c.holds[h] = holdRef{m: m, o: o}
 	on := c.byHash[m.keys.Hash]
 	if on == nil {
-		on = make(map[*Hold]struct{})
-		c.byHash[m.keys.Hash] = on
 		c.watches.held(m.keys.Hash)
 	}
-	on[h] = struct{}{}
+	c.byHash[m.keys.Hash] = append(on, h)
 	c.owners[o.key].refs++
 	c.listener.holdStarted()
 	return nil
@@ -238,7 +245,7 @@ func (c *Client) evicted(key string, token int64) {
 	c.mu.Lock()
 	var found *Hold
 	var ref holdRef
-	for h := range c.byHash[key] {
+	for _, h := range c.byHash[key] {
 		if h.token == token {
 			found, ref = h, c.holds[h]
 			break
@@ -254,11 +261,7 @@ func (c *Client) evicted(key string, token int64) {
 func (c *Client) holdsOn(hash string) []*Hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hs := make([]*Hold, 0, len(c.byHash[hash]))
-	for h := range c.byHash[hash] {
-		hs = append(hs, h)
-	}
-	return hs
+	return slices.Clone(c.byHash[hash])
 }
 
 // liveHolds returns the holds the watchdog renews.
@@ -279,7 +282,7 @@ func (c *Client) untrack(h *Hold) {
 	if ref, ok := c.holds[h]; ok {
 		delete(c.holds, h)
 		if on := c.byHash[ref.m.keys.Hash]; len(on) > 1 {
-			delete(on, h)
+			c.byHash[ref.m.keys.Hash] = slices.DeleteFunc(on, func(x *Hold) bool { return x == h })
 		} else {
 			delete(c.byHash, ref.m.keys.Hash)
 			c.watches.released(ref.m.keys.Hash)
@@ -300,14 +303,12 @@ func newUUID() (string, error) {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
 }
 
-// newRequestID returns 16 random bytes in hex, as Redisson's unlock
-// request IDs.
-func newRequestID() (string, error) {
+// newRequestID returns 16 random bytes, an unlock's request ID (sent in
+// hex, as Redisson's).
+func newRequestID() ([16]byte, error) {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
+	_, err := rand.Read(b[:])
+	return b, err
 }
 
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled
@@ -316,7 +317,17 @@ const cleanupTimeout = 2 * time.Second
 
 // cleanupContext keeps ctx's values (trace spans) but not its cancellation.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	return context.WithTimeout(withoutCancel(ctx), cleanupTimeout)
+}
+
+// withoutCancel is context.WithoutCancel, but returns ctx itself when it
+// has no cancellation or deadline to drop (Background, TODO, values on
+// them), which saves an allocation.
+func withoutCancel(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // subscribe subscribes to a lock's wake-up channel the way the client

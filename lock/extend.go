@@ -48,11 +48,10 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if h == nil {
 		return m.errorf(fmt.Errorf("%w: no hold to extend (nil)", ErrNotHeld))
 	}
-	end, err := m.c.begin()
-	if err != nil {
+	if err := m.c.begin(); err != nil {
 		return m.errorf(err)
 	}
-	defer end()
+	defer m.c.end()
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
 	if err := o.enter(ctx); err != nil {

@@ -33,8 +33,8 @@ import (
 // another of its calls waits).
 type owner struct {
 	key   string
-	gate  chan struct{}            // one script that changes the hold at a time
-	onEnd func(h *Hold, err error) // told after a hold ended, outside mu
+	gate  chan struct{} // one script that changes the hold at a time
+	onEnd holdEnder     // told after a hold ended, outside mu
 
 	mu sync.Mutex
 	// The live hold (nil: none) and what the client knows of it.
@@ -57,8 +57,17 @@ type owner struct {
 	waiting int // calls queued (or about to be) for this owner
 }
 
-func newOwner(key string, onEnd func(*Hold, error)) *owner {
-	return &owner{key: key, gate: make(chan struct{}, 1), onEnd: onEnd}
+// holdEnder is told when a hold of an owner ended: the Mutex that made
+// the owner (an interface rather than a func, which would cost an
+// allocation per owner).
+type holdEnder interface {
+	holdEnded(h *Hold, err error)
+}
+
+// init sets up a zero owner in place (the registry keeps owners in its
+// entries).
+func (o *owner) init(key string, onEnd holdEnder) {
+	o.key, o.gate, o.onEnd = key, make(chan struct{}, 1), onEnd
 }
 
 // phase names the owner's state, for tests and the design note.
@@ -229,7 +238,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	o.mu.Unlock()
 	if replaced != nil {
-		o.onEnd(replaced, why)
+		o.onEnd.holdEnded(replaced, why)
 	}
 	if sentView.Token != 0 && sentView.Token == r.Token {
 		return nil, errEndedReentry
@@ -446,7 +455,7 @@ func (o *owner) finish(err error) {
 	h := o.endLocked(err)
 	o.mu.Unlock()
 	if h != nil {
-		o.onEnd(h, err)
+		o.onEnd.holdEnded(h, err)
 	}
 }
 

@@ -21,11 +21,15 @@ type endings struct {
 
 func newTestOwner() (*owner, *endings) {
 	e := &endings{errs: map[*Hold][]error{}}
-	return newOwner("test", func(h *Hold, err error) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.errs[h] = append(e.errs[h], err)
-	}), e
+	o := &owner{}
+	o.init("test", e)
+	return o, e
+}
+
+func (e *endings) holdEnded(h *Hold, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.errs[h] = append(e.errs[h], err)
 }
 
 func (e *endings) of(h *Hold) []error {

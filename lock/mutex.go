@@ -123,11 +123,10 @@ func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.errorf(err)
 	}
-	end, err := m.c.begin()
-	if err != nil {
+	if err := m.c.begin(); err != nil {
 		return nil, m.errorf(err)
 	}
-	defer end()
+	defer m.c.end()
 	var result observe.AcquireResult
 	start := time.Now()
 	ctx, tr := m.observeAcquire(ctx, spec.op)
@@ -149,13 +148,13 @@ func (m *Mutex) observeAcquire(ctx context.Context, op observe.Op) (context.Cont
 }
 
 // attemptRetrier paces an acquire call's attempts: one only, for TryLock with
-// no wait.
-func attemptRetrier(closing <-chan struct{}, spec acquireSpec) *retrier {
+// no wait. A value, kept in the waiter, so it costs no allocation.
+func attemptRetrier(closing <-chan struct{}, spec acquireSpec) retrier {
 	r := newRetrier(closing)
 	if spec.try && spec.wait == 0 {
 		r.limit = 1
 	}
-	return r
+	return *r
 }
 
 // wait runs one acquire call and records its result.
@@ -170,7 +169,7 @@ func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTr
 	}
 	cfg := &m.c.cfg
 	w := &waiter{
-		m: m, o: o, lease: spec.lease, watchdog: spec.watchdog, tr: tr, result: result,
+		m: m, o: o, lease: spec.lease, watchdog: spec.watchdog, tr: tr,
 		retry: attemptRetrier(m.c.closing, spec),
 		call: wire.Acquire{
 			Owner: m.field, Lease: spec.lease, WaiterTimeout: cfg.waiterTimeout, Once: spec.try && spec.wait == 0,
@@ -178,6 +177,7 @@ func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTr
 		},
 	}
 	h, err := w.run(ctx)
+	*result = w.result
 	if err != nil {
 		return nil, m.waitErr(parent, ctx, err)
 	}
@@ -277,11 +277,10 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		}
 		return err
 	}
-	end, err := m.c.begin()
-	if err != nil {
+	if err := m.c.begin(); err != nil {
 		return m.errorf(err)
 	}
-	defer end()
+	defer m.c.end()
 	var result observe.ReleaseResult
 	ctx, tr := m.observeRelease(ctx, observe.OpUnlock)
 	if tr != nil {
@@ -418,11 +417,10 @@ func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 // while the call was in flight (the call woke this very owner) is a newer
 // one and stays.
 func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, error) {
-	end, err := m.c.begin()
-	if err != nil {
+	if err := m.c.begin(); err != nil {
 		return 0, m.errorf(err)
 	}
-	defer end()
+	defer m.c.end()
 	o := m.c.ownerOf(m)
 	defer m.c.release(o)
 	if err := o.enter(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fairlock/fairlock/backend"
 )
@@ -56,6 +57,28 @@ func TestNotRun(t *testing.T) {
 	} {
 		if got := notRun(tc.err); got != tc.want {
 			t.Errorf("notRun(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestWithoutCancel checks that withoutCancel keeps ctx's values and
+// drops its cancellation and deadline, returning ctx itself only when it
+// has neither.
+func TestWithoutCancel(t *testing.T) {
+	type key struct{}
+	plain := context.WithValue(context.Background(), key{}, "v")
+	if got := withoutCancel(plain); got != plain {
+		t.Errorf("withoutCancel(values on Background) made a new context")
+	}
+	cancelled, cancel := context.WithCancel(plain)
+	cancel()
+	timed, cancel2 := context.WithTimeout(plain, time.Hour)
+	defer cancel2()
+	for _, ctx := range []context.Context{cancelled, timed} {
+		got := withoutCancel(ctx)
+		_, hasDeadline := got.Deadline()
+		if got.Done() != nil || got.Err() != nil || hasDeadline || got.Value(key{}) != "v" {
+			t.Errorf("withoutCancel(%v): Done %v, Err %v, deadline %v, value %v", ctx, got.Done(), got.Err(), hasDeadline, got.Value(key{}))
 		}
 	}
 }

@@ -34,11 +34,10 @@ func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) 
 	if limit < 0 {
 		return inspect.State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidArgument, limit))
 	}
-	end, err := m.c.begin() // Close waits for the read before it closes the backend
-	if err != nil {
+	if err := m.c.begin(); err != nil { // Close waits for the read before it closes the backend
 		return inspect.State{}, m.errorf(err)
 	}
-	defer end()
+	defer m.c.end()
 	if st, ok := m.cachedState(ctx, kind, limit); ok {
 		return st, nil
 	}

@@ -27,9 +27,9 @@ type waiter struct {
 	call     wire.Acquire // view is filled in for each attempt
 	lease    time.Duration
 	watchdog bool
-	retry    *retrier
+	retry    retrier
 	tr       observe.AcquireTracker // nil without an observer
-	result   *observe.AcquireResult
+	result   observe.AcquireResult  // copied to the caller's when the call ends
 
 	sub     *backend.Subscription // this owner's wake-up channel, once queued
 	subbing *background           // its Subscribe in flight (startSubscribe)
@@ -448,7 +448,7 @@ func (w *waiter) woke(e backend.Event) {
 // by ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
 // fewer replicas acknowledged is an error (X9): the caller undoes it.
 func (c *Client) evalAcquire(ctx context.Context, k wire.Keys, a wire.Acquire) (wire.AcquireReply, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+	ctx, cancel := context.WithTimeout(withoutCancel(ctx), attemptTimeout)
 	defer cancel()
 	call := a.Call(c.scripts, k)
 	if c.cfg.replicas == 0 {

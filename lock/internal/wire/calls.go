@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -33,11 +35,17 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	if a.Once {
 		mode = "once"
 	}
-	args := append(append([]string{
-		a.Owner, ms(a.Lease), ms(a.WaiterTimeout), mode,
-		a.Wake.ChannelPrefix, a.Wake.Publish, ms(a.MaxHint), ms(a.Slack),
-	}, a.View.args()...), ms(a.HoldLease), flag(a.Retry))
-	return backend.Call{Script: s.acquire, Keys: k.Script(), Args: args}
+	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
+		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds())
+	// KEYS (k.Script()) then ARGV, in one slice.
+	kv := []string{
+		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token,
+		a.Owner, n[0], n[1], mode,
+		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
+		n[4], n[5], // View
+		n[6], flag(a.Retry),
+	}
+	return backend.Call{Script: s.acquire, Keys: kv[:5:5], Args: kv[5:]}
 }
 
 // AcquireReply is acquire.lua's answer.
@@ -72,7 +80,7 @@ type Unlock struct {
 	Wake      Wake
 	Latch     time.Duration // how long the result is kept for a retry
 	View      View          // the hold released, as the client knows it
-	RequestID string        // names the latch
+	RequestID [16]byte      // names the latch, in hex (Redisson's request IDs)
 	// Retry says the request may have run before: only then can its
 	// latch exist, and only then does the script read it.
 	Retry bool
@@ -80,8 +88,26 @@ type Unlock struct {
 
 // Call returns the script invocation.
 func (u Unlock) Call(s *Scripts, k Keys) backend.Call {
-	args := append(append([]string{u.Owner, ms(u.Lease), u.Wake.ChannelPrefix, u.Wake.Publish, ms(u.Latch)}, u.View.args()...), flag(u.Retry))
-	return backend.Call{Script: s.unlock, Keys: append(k.Script(), k.Latch+":"+u.RequestID), Args: args}
+	n := decimals(u.Lease.Milliseconds(), u.Latch.Milliseconds(), u.View.Token, int64(u.View.Count))
+	// KEYS (k.Script() and the latch) then ARGV, in one slice.
+	kv := []string{
+		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, latchKey(k, u.RequestID),
+		u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry),
+	}
+	return backend.Call{Script: s.unlock, Keys: kv[:6:6], Args: kv[6:]}
+}
+
+// latchKey is the latch of request id: k.Latch, ":" and the ID in hex,
+// built in one allocation.
+func latchKey(k Keys, id [16]byte) string {
+	var hexID [2 * len(id)]byte
+	hex.Encode(hexID[:], id[:])
+	var b strings.Builder
+	b.Grow(len(k.Latch) + 1 + len(hexID))
+	b.WriteString(k.Latch)
+	b.WriteByte(':')
+	b.Write(hexID[:])
+	return b.String()
 }
 
 // DecodeUnlock returns the hold count left (0: released), or -1 when the
@@ -136,7 +162,8 @@ type Renew struct {
 
 // Call returns the script invocation.
 func (r Renew) Call(s *Scripts, k Keys) backend.Call {
-	return backend.Call{Script: s.renew, Keys: k.Script(), Args: []string{r.Owner, ms(r.Lease), itoa(r.Token), ms(r.HoldLease), r.Wake.ChannelPrefix, r.Wake.Publish}}
+	n := decimals(r.Lease.Milliseconds(), r.Token, r.HoldLease.Milliseconds())
+	return backend.Call{Script: s.renew, Keys: k.Script(), Args: []string{r.Owner, n[0], n[1], n[2], r.Wake.ChannelPrefix, r.Wake.Publish}}
 }
 
 // RenewReply is renew.lua's answer.

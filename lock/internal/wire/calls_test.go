@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestCallsMatchScripts(t *testing.T) {
 	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
 	calls := []backend.Call{
 		Acquire{Owner: "c:1", Lease: time.Second, WaiterTimeout: time.Second, Wake: w}.Call(s, k),
-		Unlock{Owner: "c:1", Lease: time.Second, Wake: w, Latch: time.Second, RequestID: "ab"}.Call(s, k),
+		Unlock{Owner: "c:1", Lease: time.Second, Wake: w, Latch: time.Second, RequestID: [16]byte{0xab}}.Call(s, k),
 		Leave{Owner: "c:1", Wake: w}.Call(s, k),
 		Renew{Owner: "c:1", Lease: time.Second, Token: 1, HoldLease: time.Second, Wake: w}.Call(s, k),
 		Evict{Wake: w}.Call(s, k),
@@ -230,5 +231,57 @@ func TestServerInfo(t *testing.T) {
 		if _, err := DecodeServer(bad); !errors.Is(err, backend.ErrUnexpectedReply) {
 			t.Errorf("DecodeServer(%+v): %v, want ErrUnexpectedReply", bad, err)
 		}
+	}
+}
+
+// TestDecimals checks that decimals formats as strconv does, numbers of
+// every length included.
+func TestDecimals(t *testing.T) {
+	ns := []int64{0, 7, -1, 99, 100, 30000, -9223372036854775808, 9223372036854775807}
+	got := decimals(ns...)
+	for i, n := range ns {
+		if want := strconv.FormatInt(n, 10); got[i] != want {
+			t.Errorf("decimals: part %d is %q, want %q", i, got[i], want)
+		}
+	}
+	if one := decimals(42); one[0] != "42" || one[1] != "" {
+		t.Errorf("decimals(42) = %q", one)
+	}
+}
+
+// TestCallsAllocate bounds the allocations of the calls every
+// Lock+Unlock sends: one slice for the keys and arguments, one string for
+// all the numbers (and Unlock's latch key).
+func TestCallsAllocate(t *testing.T) {
+	s := NewScripts()
+	k, _ := Derive("alloc")
+	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
+	v := View{Token: 123456, Count: 2}
+	for _, c := range []struct {
+		name string
+		max  float64
+		call func() backend.Call
+	}{
+		{"acquire", 2, func() backend.Call {
+			return Acquire{Owner: "c:1", Lease: 30 * time.Second, WaiterTimeout: 5 * time.Second, Wake: w, MaxHint: 1666 * time.Millisecond, Slack: time.Second, View: v}.Call(s, k)
+		}},
+		{"unlock", 3, func() backend.Call {
+			return Unlock{Owner: "c:1", Lease: 30 * time.Second, Wake: w, Latch: 10 * time.Second, View: v, RequestID: [16]byte{0xab}}.Call(s, k)
+		}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { _ = c.call() }); n > c.max {
+			t.Errorf("%s: %v allocations per call, want at most %v", c.name, n, c.max)
+		}
+	}
+}
+
+// TestLatchKey: an unlock's latch is the lock's latch prefix, ":" and its
+// request ID in hex.
+func TestLatchKey(t *testing.T) {
+	k, _ := Derive("orders")
+	id := [16]byte{0x01, 0xab, 15: 0xff}
+	call := Unlock{RequestID: id}.Call(NewScripts(), k)
+	if want := k.Latch + ":01ab" + strings.Repeat("00", 13) + "ff"; call.Keys[5] != want {
+		t.Errorf("latch key %q, want %q", call.Keys[5], want)
 	}
 }
