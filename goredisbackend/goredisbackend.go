@@ -368,6 +368,23 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
+// evalCmd builds EVAL or EVALSHA as go-redis' own Eval does.
+func evalCmd(ctx context.Context, name, payload string, keys, args []string) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, a)
+	}
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // the cluster client routes by the first key
+	}
+	return cmd
+}
+
 func isNoScript(err error) bool {
 	if err == nil {
 		return false // without the two allocations the checks below make
