@@ -8,10 +8,9 @@ package lock
 // entry is an owner in the registry. The owner lives in its entry, so
 // that a new owner costs one allocation less.
 type entry struct {
-	o      *owner     // &own
+	own    owner
 	refs   int        // calls using it, plus one while its hold lasts or a subscription is parked
 	parked *parkedSub // the subscription of an ended wait (park.go)
-	own    owner
 }
 
 // ownerOf returns m's owner, taking a reference that release gives back.
@@ -22,11 +21,10 @@ func (c *Client) ownerOf(m *Mutex) *owner {
 	if e == nil {
 		e = &entry{}
 		e.own.init(m.ownerKey, m)
-		e.o = &e.own
 		c.owners[m.ownerKey] = e
 	}
 	e.refs++
-	return e.o
+	return &e.own
 }
 
 // lookup returns m's owner if the registry has it, or nil.
@@ -34,7 +32,7 @@ func (c *Client) lookup(m *Mutex) *owner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.owners[m.ownerKey]; e != nil {
-		return e.o
+		return &e.own
 	}
 	return nil
 }

@@ -762,30 +762,42 @@ func (d *shardDialer) slotMap(ctx context.Context) ([]pubsub.SlotRange, error) {
 	}
 	ranges := make([]pubsub.SlotRange, 0, len(entries))
 	for _, e := range entries {
-		f, err := e.ToArray()
-		if err != nil || len(f) < 3 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
-		}
-		first, err1 := f[0].AsInt64()
-		last, err2 := f[1].AsInt64()
-		primary, err3 := f[2].ToArray()
-		if err := errors.Join(err1, err2, err3); err != nil || len(primary) < 2 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
-		}
-		host, _ := primary[0].ToString()
-		port, err := primary[1].AsInt64()
+		r, known, err := slotRange(e, only)
 		if err != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
+			return nil, err
 		}
-		if host == "" {
-			host = only
+		if known {
+			ranges = append(ranges, r)
 		}
-		if host == "" || host == "?" {
-			continue
-		}
-		ranges = append(ranges, pubsub.SlotRange{First: uint16(first), Last: uint16(last), Primary: net.JoinHostPort(host, strconv.FormatInt(port, 10))})
 	}
 	return ranges, nil
+}
+
+// slotRange reads one CLUSTER SLOTS entry, [first, last, [host, port,
+// ...], replicas...]; known is false when its primary's host is unknown
+// ("" with no fallback host, or "?").
+func slotRange(e rueidis.RedisMessage, fallback string) (r pubsub.SlotRange, known bool, err error) {
+	malformed := fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", e)
+	f, err := e.ToArray()
+	if err != nil || len(f) < 3 {
+		return r, false, malformed
+	}
+	first, err1 := f[0].AsInt64()
+	last, err2 := f[1].AsInt64()
+	primary, err3 := f[2].ToArray()
+	if errors.Join(err1, err2, err3) != nil || len(primary) < 2 {
+		return r, false, malformed
+	}
+	host, _ := primary[0].ToString()
+	port, err := primary[1].AsInt64()
+	if err != nil {
+		return r, false, malformed
+	}
+	if host == "" {
+		host = fallback
+	}
+	r = pubsub.SlotRange{First: uint16(first), Last: uint16(last), Primary: net.JoinHostPort(host, strconv.FormatInt(port, 10))}
+	return r, host != "" && host != "?", nil
 }
 
 // dial implements pubsub.NodeDialer. A node named by a MOVED that the

@@ -30,13 +30,13 @@ type NodeDialer func(ctx context.Context, addr string, sink Sink) (Conn, <-chan 
 // cannot be reached shows it out of date); a MOVED reply names the next
 // node to try, and the hub remembers it for the slot. Only a primary is
 // asked: a replica accepts SSUBSCRIBE for its primary's slots, and its
-// subscribers hear each message only after it has crossed the cluster bus. When a node
-// unsubscribes a channel by itself (its slot moved: a resharding or a
-// failover) or the node's connection ends, each Subscription of the
-// channel gets a Reconnect event, follows the slot to its new owner -
-// retried with back-off while the cluster settles, for as long as the
-// Subscription is open - and gets another Reconnect event once it
-// listens there again. A connection that ended is not dialed again for
+// subscribers hear each message only after it has crossed the cluster
+// bus. When a node unsubscribes a channel by itself (its slot moved: a
+// resharding or a failover) or the node's connection ends, each
+// Subscription of the channel gets a Reconnect event, follows the slot to
+// its new owner - retried with back-off while the cluster settles, for as
+// long as the Subscription is open - and gets another Reconnect event once
+// it listens there again. A connection that ended is not dialed again for
 // the channels it had: they go wherever their slot is now.
 type ShardedHub struct {
 	dial    NodeDialer
@@ -252,8 +252,8 @@ func ownerIn(owners []SlotRange, slot uint16) (string, bool) {
 	return "", false
 }
 
-// staleLocked drops the slot map, out of date: the next slot of unknown owner
-// loads it again. The caller holds h.mu.
+// staleLocked drops the slot map, out of date: the next slot of unknown
+// owner loads it again. The caller holds h.mu.
 func (h *ShardedHub) staleLocked() { h.owners = nil }
 
 // setRoute notes that a MOVED reply names addr for slot: the slot map is

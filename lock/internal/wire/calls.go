@@ -38,13 +38,12 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
 		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds())
 	// KEYS (k.Script()) then ARGV, in one slice.
-	kv := []string{
-		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token,
+	kv := append(k.appendScript(make([]string, 0, 17)),
 		a.Owner, n[0], n[1], mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
 		n[4], n[5], // View
 		n[6], flag(a.Retry),
-	}
+	)
 	return backend.Call{Script: s.acquire, Keys: kv[:5:5], Args: kv[5:]}
 }
 
@@ -90,10 +89,9 @@ type Unlock struct {
 func (u Unlock) Call(s *Scripts, k Keys) backend.Call {
 	n := decimals(u.Lease.Milliseconds(), u.Latch.Milliseconds(), u.View.Token, int64(u.View.Count))
 	// KEYS (k.Script() and the latch) then ARGV, in one slice.
-	kv := []string{
-		k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token, latchKey(k, u.RequestID),
+	kv := append(k.appendScript(make([]string, 0, 14)), latchKey(k, u.RequestID),
 		u.Owner, n[0], u.Wake.ChannelPrefix, u.Wake.Publish, n[1], n[2], n[3], flag(u.Retry),
-	}
+	)
 	return backend.Call{Script: s.unlock, Keys: kv[:6:6], Args: kv[6:]}
 }
 

@@ -77,8 +77,12 @@ func Derive(name string) (Keys, bool) {
 
 // Script returns the five keys every lock script takes, in this order:
 // lock hash, queue, Redisson timeouts, fairlock liveness, token counter.
-func (k Keys) Script() []string {
-	return []string{k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token}
+func (k Keys) Script() []string { return k.appendScript(make([]string, 0, 5)) }
+
+// appendScript appends the keys Script returns to dst: the one place that
+// orders them.
+func (k Keys) appendScript(dst []string) []string {
+	return append(dst, k.Hash, k.Queue, k.Timeouts, k.Alive, k.Token)
 }
 
 // OwnerChannel is owner's wake-up channel.
