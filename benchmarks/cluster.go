@@ -233,25 +233,6 @@ func (s *redisServer) clusterInfo(ctx context.Context) (map[string]string, error
 	return parseInfo(text), nil
 }
 
-// parseInfo parses INFO-style "key:value" lines.
-func parseInfo(text string) map[string]string {
-	fields := make(map[string]string)
-	// RESP3 verbatim strings may keep their "txt:" format prefix.
-	text = strings.TrimPrefix(text, "txt:")
-	for line := range strings.Lines(text) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && !strings.HasPrefix(k, "#") {
-			fields[k] = v
-		}
-	}
-	return fields
-}
-
-// infoInt is the integer value of an INFO field.
-func infoInt(fields map[string]string, key string) (int64, error) {
-	return strconv.ParseInt(fields[key], 10, 64)
-}
-
 // busStats are a node's cluster-bus pub/sub message counters (CLUSTER
 // INFO cluster_stats_messages_publish[shard]_{sent,received}; publishshard
 // is Redis 7.0+).

@@ -248,6 +248,22 @@ func (b *clusterBench) nodesOf(t target) []*redisServer {
 	return []*redisServer{b.single}
 }
 
+// perNode runs f and returns what each node of t did meanwhile.
+func (b *clusterBench) perNode(ctx context.Context, t target, f func() error) ([]nodeDelta, error) {
+	before, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if err := f(); err != nil {
+		return nil, err
+	}
+	after, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	return deltas(before, after), nil
+}
+
 // contended runs n contenders, each with its own client, on one lock of t.
 func (b *clusterBench) contended(ctx context.Context, t target, n int) (clusterRun, error) {
 	r := clusterRun{Target: t, Contenders: n, Owner: -1}
@@ -274,19 +290,15 @@ func (b *clusterBench) contended(ctx context.Context, t target, n int) (clusterR
 			return r, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	before, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
+	var run *lockbench.ContendedRun
+	perNode, err := b.perNode(ctx, t, func() (err error) {
+		run, err = lockbench.Contended(ctx, lockers, lockbench.Contention{Duration: b.set.ContendedFor, Drain: b.set.Drain, Hold: b.set.Hold})
+		return err
+	})
 	if err != nil {
 		return r, err
 	}
-	run, err := lockbench.Contended(ctx, lockers, lockbench.Contention{Duration: b.set.ContendedFor, Drain: b.set.Drain, Hold: b.set.Hold})
-	if err != nil {
-		return r, err
-	}
-	after, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
-	if err != nil {
-		return r, err
-	}
-	r.PerNode = deltas(before, after)
+	r.PerNode = perNode
 	r.Acquisitions, r.Throughput = len(run.Acquisitions), run.Throughput()
 	r.Handover = lockbench.Summarize(run.Handovers())
 	return r, nil
@@ -311,19 +323,15 @@ func (b *clusterBench) many(ctx context.Context, t target) (clusterRun, error) {
 	if _, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Acquisitions: 200, Duration: time.Second}); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
 	}
-	before, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
+	var run *lockbench.ManyLocksRun
+	perNode, err := b.perNode(ctx, t, func() (err error) {
+		run, err = lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain})
+		return err
+	})
 	if err != nil {
 		return r, err
 	}
-	run, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain})
-	if err != nil {
-		return r, err
-	}
-	after, err := snapNodes(ctx, b.nodesOf(t), t.Cluster)
-	if err != nil {
-		return r, err
-	}
-	r.PerNode = deltas(before, after)
+	r.PerNode = perNode
 	r.Acquisitions, r.Throughput, r.Lock = run.Pairs, run.Throughput(), run.Lock.Summary()
 	return r, nil
 }

@@ -117,6 +117,25 @@ func (s *redisServer) info(ctx context.Context, section string) (map[string]stri
 	return parseInfo(text), nil
 }
 
+// parseInfo parses INFO-style "key:value" lines.
+func parseInfo(text string) map[string]string {
+	fields := make(map[string]string)
+	// RESP3 verbatim strings may keep their "txt:" format prefix.
+	text = strings.TrimPrefix(text, "txt:")
+	for line := range strings.Lines(text) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && !strings.HasPrefix(k, "#") {
+			fields[k] = v
+		}
+	}
+	return fields
+}
+
+// infoInt is the integer value of an INFO field.
+func infoInt(fields map[string]string, key string) (int64, error) {
+	return strconv.ParseInt(fields[key], 10, 64)
+}
+
 // commandStat is one command's line of INFO commandstats.
 type commandStat struct {
 	Calls int64 `json:"calls"`
