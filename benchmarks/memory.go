@@ -168,6 +168,28 @@ func (c *redisCluster) reap(ctx context.Context) error {
 	return nil
 }
 
+// expireLatches waits until the unlock latches (3 s) have expired and has
+// the primaries drop them.
+func (c *redisCluster) expireLatches(ctx context.Context) error {
+	time.Sleep(3500 * time.Millisecond)
+	return c.reap(ctx)
+}
+
+// flushAll empties every primary (and so its replicas).
+func (c *redisCluster) flushAll(ctx context.Context) error {
+	for _, p := range c.primaries {
+		if err := p.do(ctx, "FLUSHALL").Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memoryUsage is MEMORY USAGE of key, every element counted (SAMPLES 0).
+func memoryUsage(ctx context.Context, rc rueidis.Client, key string) (int64, error) {
+	return rc.Do(ctx, rc.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64()
+}
+
 // memSteady takes three samples 100 ms apart and keeps, node by node, the
 // median used_memory (client buffers come and go).
 func (c *redisCluster) memSteady(ctx context.Context) (memSample, error) {
@@ -192,7 +214,14 @@ func (c *redisCluster) memSteady(ctx context.Context) (memSample, error) {
 	return out, nil
 }
 
-func (c *redisCluster) step(from, to memSample, count int) memStep {
+// stepSince ends a step begun at t0 on count names or waiters: it takes
+// a steady sample and returns the change from the sample from, and the
+// new sample (where the next step starts).
+func (c *redisCluster) stepSince(ctx context.Context, from memSample, count int, t0 time.Time) (memStep, memSample, error) {
+	to, err := c.memSteady(ctx)
+	if err != nil {
+		return memStep{}, to, err
+	}
 	s := memStep{Count: count}
 	p := len(c.primaries)
 	for i := range from.used {
@@ -205,7 +234,8 @@ func (c *redisCluster) step(from, to memSample, count int) memStep {
 			s.ReplicaBytes += d
 		}
 	}
-	return s
+	s.Elapsed = time.Since(t0)
+	return s, to, nil
 }
 
 func sum(xs []int64) int64 {
@@ -270,10 +300,8 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	res := &memoryResult{Names: b.set.MemoryNames, Mode: string(t.Mode), KeyUsage: map[string]int64{}}
 	w := b.set.MemoryWorkers
 	// The earlier scenarios' token counters live 31 s more: start empty.
-	for _, p := range c.primaries {
-		if err := p.do(ctx, "FLUSHALL").Error(); err != nil {
-			return res, err
-		}
+	if err := c.flushAll(ctx); err != nil {
+		return res, err
 	}
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.addrs()})
 	if err != nil {
@@ -330,7 +358,7 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	floor := sum(s.keys[:len(c.primaries)])
 
 	usage := func(role, key string) {
-		if v, err := rc.Do(ctx, rc.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64(); err == nil {
+		if v, err := memoryUsage(ctx, rc, key); err == nil {
 			res.KeyUsage[role] = v
 		}
 	}
@@ -345,20 +373,16 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	if err := parallel(ctx, n, w, pair(short, b.name("mem-gone"))); err != nil {
 		return res, err
 	}
-	// The latches live 3 s, the token counters the lease and 1 s more.
-	time.Sleep(3500 * time.Millisecond)
-	if err := c.reap(ctx); err != nil {
+	// The token counters (lease + 1 s) are gone before the latches.
+	if err := c.expireLatches(ctx); err != nil {
 		return res, err
 	}
 	if _, err := waitKeys(floor, 10*time.Second); err != nil {
 		return res, fmt.Errorf("idle names with a 1s lease: %w", err)
 	}
-	after, err := c.memSteady(ctx)
-	if err != nil {
+	if res.Gone, _, err = c.stepSince(ctx, before, n, t0); err != nil {
 		return res, err
 	}
-	res.Gone = c.step(before, after, n)
-	res.Gone.Elapsed = time.Since(t0)
 	b.log("memory: %d names locked and unlocked with a 1s lease: %d keys, %d bytes left on the primaries after %v",
 		n, res.Gone.Keys, res.Gone.PrimaryBytes, res.Gone.Elapsed.Round(time.Millisecond))
 
@@ -374,12 +398,9 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	if err := parallel(ctx, n, w, pair(long, idlePrefix)); err != nil {
 		return res, fmt.Errorf("locking and unlocking %d names: %w", n, err)
 	}
-	fresh, err := c.memSteady(ctx)
-	if err != nil {
+	if res.IdleFresh, _, err = c.stepSince(ctx, base, n, t0); err != nil {
 		return res, err
 	}
-	res.IdleFresh = c.step(base, fresh, n)
-	res.IdleFresh.Elapsed = time.Since(t0)
 	idle, err := long.NewMutex(idlePrefix + ":0")
 	if err != nil {
 		return res, err
@@ -387,33 +408,24 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	usage("token counter (idle)", idle.Keys()[4])
 	b.log("memory: %d idle names, just unlocked: %s", n, describeStep(res.IdleFresh))
 	t0 = time.Now()
-	// The latches live 3 s.
-	time.Sleep(3500 * time.Millisecond)
-	if err := c.reap(ctx); err != nil {
+	if err := c.expireLatches(ctx); err != nil {
 		return res, err
 	}
-	tokens, err := c.memSteady(ctx)
-	if err != nil {
+	if res.IdleToken, _, err = c.stepSince(ctx, base, n, t0); err != nil {
 		return res, err
 	}
-	res.IdleToken = c.step(base, tokens, n)
-	res.IdleToken.Elapsed = time.Since(t0)
 	b.log("memory: %d idle names, latches expired: %s (token counters live the lease and 1s more)", n, describeStep(res.IdleToken))
 	// Empty again: the next steps start from no key (a dict shrinks only
 	// later on its own).
-	for _, p := range c.primaries {
-		if err := p.do(ctx, "FLUSHALL").Error(); err != nil {
-			return res, err
-		}
+	if err := c.flushAll(ctx); err != nil {
+		return res, err
 	}
 
 	// Held: every name locked, no renewal during the step.
 	prefix := b.name("mem")
-	names := make([]string, n)
 	mutexes := make([]*lock.Mutex, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s:%d", prefix, i)
-		if mutexes[i], err = long.NewMutex(names[i]); err != nil {
+	for i := range mutexes {
+		if mutexes[i], err = long.NewMutex(fmt.Sprintf("%s:%d", prefix, i)); err != nil {
 			return res, err
 		}
 	}
@@ -428,12 +440,10 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}); err != nil {
 		return res, fmt.Errorf("holding %d locks: %w", n, err)
 	}
-	held, err := c.memSteady(ctx)
-	if err != nil {
+	var held memSample
+	if res.Held, held, err = c.stepSince(ctx, base, n, t0); err != nil {
 		return res, err
 	}
-	res.Held = c.step(base, held, n)
-	res.Held.Elapsed = time.Since(t0)
 	b.log("memory: %d held locks: %s (%v)", n, describeStep(res.Held), res.Held.Elapsed.Round(time.Millisecond))
 	// (*lock.Mutex).Keys: hash, queue, timeouts, alive, token counter.
 	keys := mutexes[0].Keys()
@@ -452,12 +462,9 @@ func (b *clusterBench) memory(ctx context.Context) (*memoryResult, error) {
 	}); err != nil {
 		return res, fmt.Errorf("queueing a waiter on each lock: %w", err)
 	}
-	spread, err := c.memSteady(ctx)
-	if err != nil {
+	if res.Spread, _, err = c.stepSince(ctx, held, n, t0); err != nil {
 		return res, err
 	}
-	res.Spread = c.step(held, spread, n)
-	res.Spread.Elapsed = time.Since(t0)
 	usage("queue, 1 waiter", keys[1])
 	usage("timeouts zset, 1 waiter", keys[2])
 	usage("alive zset, 1 waiter", keys[3])
@@ -571,7 +578,7 @@ func (b *clusterBench) queued(ctx context.Context, t target, rc rueidis.Client, 
 		qm.PerNode = append(qm.PerNode, after.used[i]-before.used[i])
 	}
 	for _, key := range []string{q, to, al} {
-		v, err := rc.Do(ctx, rc.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64()
+		v, err := memoryUsage(ctx, rc, key)
 		if err != nil {
 			return qm, err
 		}
