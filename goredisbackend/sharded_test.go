@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,6 @@ func clusterBackend(t *testing.T, c *redistest.Cluster) *goredisbackend.Backend 
 	b := goredisbackend.Dial(&redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true})
 	t.Cleanup(func() { b.Close() })
 	return b
-}
-
-// owner returns the index of the node of a fresh redistest cluster of n
-// nodes that owns slot: node i owns the i-th range.
-func owner(slot uint16, n int) int {
-	for i := range n {
-		if int(slot) <= (i+1)*16384/n-1 {
-			return i
-		}
-	}
-	return n - 1
 }
 
 // shardChannels returns the shard channels node has subscribers for.
@@ -83,7 +71,7 @@ func TestSSubscribeListensAtTheSlotOwner(t *testing.T) {
 		if err != nil {
 			t.Fatalf("SSubscribe %q: %v", ch, err)
 		}
-		at := owner(backend.Slot(ch), len(nodes))
+		at := slices.Index(nodes, cluster.PrimaryForSlot(t, redistest.SlotOf(ch)))
 		for i, node := range nodes {
 			if has := slices.Contains(shardChannels(t, node), ch); has != (i == at) {
 				t.Errorf("%q (slot %d, owner node %d): PUBSUB SHARDCHANNELS on node %d lists it: %v", ch, backend.Slot(ch), at, i, has)
@@ -113,7 +101,7 @@ func TestSSubscribeFollowsAMigratedSlot(t *testing.T) {
 	ctx := context.Background()
 	const ch = "{moving}:wake"
 	slot := backend.Slot(ch)
-	from := owner(slot, len(nodes))
+	from := slices.Index(nodes, cluster.PrimaryForSlot(t, int(slot)))
 	to := (from + 1) % len(nodes)
 	src, dst := nodes[from], nodes[to]
 	sub, err := b.SSubscribe(ctx, ch)
@@ -130,7 +118,7 @@ func TestSSubscribeFollowsAMigratedSlot(t *testing.T) {
 	// A key in the slot, so that MIGRATE has something to move.
 	src.Do(t, "SET", "{moving}:key", "v")
 
-	migrateSlot(t, nodes, from, to, slot)
+	cluster.BeginMigration(t, int(slot), dst).Assign(t)
 
 	select {
 	case e := <-sub.Events():
@@ -167,46 +155,11 @@ func TestSSubscribeFollowsAMigratedSlot(t *testing.T) {
 	}
 }
 
-// migrateSlot moves slot from nodes[from] to nodes[to] as redis-cli
-// --cluster reshard does: IMPORTING at the target, MIGRATING at the source,
-// MIGRATE of the slot's keys, then SETSLOT NODE on every node.
-func migrateSlot(t *testing.T, nodes []*redistest.Server, from, to int, slot uint16) {
-	t.Helper()
-	src, dst := nodes[from], nodes[to]
-	s := strconv.Itoa(int(slot))
-	srcID, _ := src.Do(t, "CLUSTER", "MYID").(string)
-	dstID, _ := dst.Do(t, "CLUSTER", "MYID").(string)
-	mustOK := func(node *redistest.Server, args ...string) {
-		t.Helper()
-		if r := node.Do(t, args...); r != "OK" {
-			t.Fatalf("%q at %s: %v", args, node.Addr(), r)
-		}
-	}
-	mustOK(dst, "CLUSTER", "SETSLOT", s, "IMPORTING", srcID)
-	mustOK(src, "CLUSTER", "SETSLOT", s, "MIGRATING", dstID)
-	keys, _ := src.Do(t, "CLUSTER", "GETKEYSINSLOT", s, "1000").([]any)
-	if len(keys) > 0 {
-		args := []string{"MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS"}
-		for _, k := range keys {
-			args = append(args, k.(string))
-		}
-		mustOK(src, args...)
-	}
-	mustOK(dst, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-	mustOK(src, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-	for i, node := range nodes {
-		if i != from && i != to {
-			mustOK(node, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-		}
-	}
-}
-
 // TestEvalWaitOnCluster: on a cluster client EvalWait runs the script and
 // WAIT at the primary that owns the keys' slot; without replicas WAIT
 // counts none.
 func TestEvalWaitOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	nodes := cluster.Nodes()
 	b := clusterBackend(t, cluster)
 	ctx := context.Background()
 	s := backend.NewScript("set", "redis.call('SET', KEYS[1], ARGV[1]); return ARGV[1]")
@@ -222,7 +175,7 @@ func TestEvalWaitOnCluster(t *testing.T) {
 		if d := time.Since(start); d < 50*time.Millisecond {
 			t.Errorf("EvalWait %q returned after %v: WAIT did not wait for its timeout", key, d)
 		}
-		if v := nodes[owner(backend.Slot(key), len(nodes))].Do(t, "GET", key); v != "v" {
+		if v := cluster.PrimaryForSlot(t, redistest.SlotOf(key)).Do(t, "GET", key); v != "v" {
 			t.Errorf("GET %q at its slot's owner: %v, want v", key, v)
 		}
 	}
@@ -242,8 +195,8 @@ func TestEvalWaitMovedOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := backend.Slot(key)
-	from := owner(slot, len(nodes))
-	migrateSlot(t, nodes, from, (from+1)%len(nodes), slot)
+	from := slices.Index(nodes, cluster.PrimaryForSlot(t, int(slot)))
+	cluster.BeginMigration(t, int(slot), nodes[(from+1)%len(nodes)]).Assign(t)
 	_, _, err := b.EvalWait(ctx, s, []string{key}, nil, 0, 10*time.Millisecond)
 	var se *backend.ServerError
 	if !errors.As(err, &se) || !strings.HasPrefix(se.Message, "MOVED ") {

@@ -75,40 +75,6 @@ func shardSubscribers(t *testing.T, node *redistest.Server, channel string) (int
 	return n, ssubs
 }
 
-// migrateSlot moves slot from src to dst as redis-cli --cluster reshard
-// does: IMPORTING and MIGRATING, MIGRATE of keys, then SETSLOT NODE on
-// the destination, the source and every other node.
-func migrateSlot(t *testing.T, c *redistest.Cluster, slot uint16, src, dst *redistest.Server, keys ...string) {
-	t.Helper()
-	id := func(n *redistest.Server) string {
-		s, ok := n.Do(t, "CLUSTER", "MYID").(string)
-		if !ok {
-			t.Fatalf("CLUSTER MYID on %s: not a string", n.Addr())
-		}
-		return s
-	}
-	mustOK := func(n *redistest.Server, args ...string) {
-		t.Helper()
-		if r := n.Do(t, args...); r != "OK" {
-			t.Fatalf("%s %q: %v", n.Addr(), args, r)
-		}
-	}
-	s := fmt.Sprint(slot)
-	srcID, dstID := id(src), id(dst)
-	mustOK(dst, "CLUSTER", "SETSLOT", s, "IMPORTING", srcID)
-	mustOK(src, "CLUSTER", "SETSLOT", s, "MIGRATING", dstID)
-	if len(keys) > 0 {
-		mustOK(src, append([]string{"MIGRATE", "127.0.0.1", fmt.Sprint(dst.Port()), "", "0", "5000", "KEYS"}, keys...)...)
-	}
-	mustOK(dst, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-	mustOK(src, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-	for _, n := range c.Nodes() {
-		if n != src && n != dst {
-			mustOK(n, "CLUSTER", "SETSLOT", s, "NODE", dstID)
-		}
-	}
-}
-
 // TestSSubscribeClusterSlotOwner: on a cluster client, a channel is
 // subscribed with SSUBSCRIBE at the node that owns its slot, and only
 // there (one connection per node, for every channel it serves); a message
@@ -176,7 +142,7 @@ func TestSSubscribeClusterSlotMoved(t *testing.T) {
 	awaitPayload(t, s, "before")
 
 	start := time.Now()
-	migrateSlot(t, cluster, backend.Slot(ch), src, dst)
+	cluster.BeginMigration(t, redistest.SlotOf(ch), dst).Assign(t)
 	if e := await(t, s, "after the slot moved"); !e.Reconnect {
 		t.Fatalf("subscription of %s after the slot moved: %+v, want Reconnect", ch, e)
 	}
