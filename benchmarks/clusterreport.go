@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -46,13 +45,9 @@ func writeClusterReport(res *clusterResults, out, chart string) error {
 }
 
 func readClusterResults(raw string) (*clusterResults, error) {
-	data, err := os.ReadFile(raw)
-	if err != nil {
-		return nil, err
-	}
 	var res clusterResults
-	if err := json.Unmarshal(data, &res); err != nil {
-		return nil, fmt.Errorf("%s: %w", raw, err)
+	if err := readJSON(raw, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -103,6 +98,15 @@ func roleOf(node, owner, primaries int) string {
 	default:
 		return roleOtherReplica
 	}
+}
+
+// byRole sums q's used_memory changes by node role.
+func (q queuedMem) byRole(primaries int) map[string]int64 {
+	by := map[string]int64{}
+	for i, v := range q.PerNode {
+		by[roleOf(i, q.Owner, primaries)] += v
+	}
+	return by
 }
 
 // pubsubCommands are the commandstats names counted as pub/sub commands.
@@ -166,6 +170,11 @@ func roleRows(runs []clusterRun, primaries int) []roleRow {
 	return out
 }
 
+// modeRows are roleRows of the contended runs on the cluster in mode m.
+func (res *clusterResults) modeRows(m publishMode) []roleRow {
+	return roleRows(runsOf(res.Contended, clusterTargetName(m), 0), res.Settings.Primaries)
+}
+
 // runsOf returns the runs on target name, with contenders n (0: any).
 func runsOf(runs []clusterRun, name string, n int) []clusterRun {
 	var out []clusterRun
@@ -201,21 +210,14 @@ func modelFrom(res *clusterResults) modelInputs {
 			// necessarily the slot's primary: add what the nodes outside
 			// the shard gained per waiter to the spread waiter (which was
 			// queued by hand, without one).
-			var outside int64
-			for i, v := range q.PerNode {
-				if roleOf(i, q.Owner, res.Settings.Primaries) == roleOtherPrimary {
-					outside += v
-				}
-			}
-			if outside > 0 {
+			if outside := q.byRole(res.Settings.Primaries)[roleOtherPrimary]; outside > 0 {
 				in.SpreadWaiterBytes += float64(outside) / float64(q.Waiters)
 			}
 		}
 	}
 	for _, mode := range publishModes {
-		rows := roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), res.Settings.Primaries)
 		mi := modeInputs{Mode: string(mode)}
-		for _, r := range rows {
+		for _, r := range res.modeRows(mode) {
 			switch r.Role {
 			case roleOwner:
 				mi.Publish, mi.SPublish = r.Calls["publish"], r.Calls["spublish"]
@@ -287,7 +289,7 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	t := newTable(&b, "mode", "node", "bus PUBLISH sent", "received", "bus SPUBLISH sent", "received", "PUBLISH", "SPUBLISH", "SUBSCRIBE", "SSUBSCRIBE", "[S]UNSUBSCRIBE", "EVALSHA", "all commands")
 	f2 := fmtF(2)
 	for _, mode := range publishModes {
-		for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), set.Primaries) {
+		for _, r := range res.modeRows(mode) {
 			node := r.Role
 			if r.Nodes > 1 {
 				node += fmt.Sprintf(" (each of %d)", r.Nodes)
@@ -302,7 +304,7 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 	measured := deployment{Shards: set.Primaries, Replicas: set.Replicas}
 	for _, mi := range in.Modes {
 		var sent float64
-		for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(publishMode(mi.Mode)), 0), set.Primaries) {
+		for _, r := range res.modeRows(publishMode(mi.Mode)) {
 			sent += (r.PubSent + r.ShardSent) * float64(r.Nodes)
 		}
 		p("- %s: %.2f bus publish messages per acquisition in all; the model (section 7d) expects %.2f from the %.2f PUBLISH and %.2f SPUBLISH at the slot's primary on %d nodes.",
@@ -362,19 +364,13 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 		p("")
 		t = newTable(&b, "what", "count", "bytes each, primaries", "bytes each, replicas", "keys each", "tracked keys each", "step took")
 		step := func(what string, s memStep) {
-			per := func(v int64) string {
+			per := func(v int64, digits int) string {
 				if s.Count == 0 {
 					return "-"
 				}
-				return fmtF(0)(float64(v) / float64(s.Count))
+				return fmtF(digits)(float64(v) / float64(s.Count))
 			}
-			perF := func(v int64) string {
-				if s.Count == 0 {
-					return "-"
-				}
-				return fmtF(2)(float64(v) / float64(s.Count))
-			}
-			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes), per(s.ReplicaBytes), perF(s.Keys), perF(s.Tracked), fmtDur(float64(s.Elapsed)))
+			t.row(what, fmtInt(int64(s.Count)), per(s.PrimaryBytes, 0), per(s.ReplicaBytes, 0), per(s.Keys, 2), per(s.Tracked, 2), fmtDur(float64(s.Elapsed)))
 		}
 		step("held lock (lease 10 min, so no renewal: the hash and the token counter)", m.Held)
 		step("one waiter on each held lock (queued by a script as acquire.lua queues one: queue entry, two deadlines; no subscription)", m.Spread)
@@ -399,15 +395,8 @@ func renderClusterSection(res *clusterResults, chartPath string) string {
 			p("")
 			t = newTable(&b, "waiters", "slot's primary", "its replica", "other nodes (sum)", "lock keys (MEMORY USAGE)", "timeouts zset encoding", "waiter channels")
 			for _, q := range m.Queued {
-				var rep, other int64
-				for i, v := range q.PerNode {
-					switch roleOf(i, q.Owner, set.Primaries) {
-					case roleReplica:
-						rep += v
-					case roleOtherPrimary, roleOtherReplica:
-						other += v
-					}
-				}
+				by := q.byRole(set.Primaries)
+				rep, other := by[roleReplica], by[roleOtherPrimary]+by[roleOtherReplica]
 				w := float64(q.Waiters)
 				t.row(fmtInt(int64(q.Waiters)), fmtF(0)(q.ownerBytes()), fmtF(0)(float64(rep)/w), fmtF(0)(float64(other)/w),
 					fmtF(0)(float64(q.DataBytes)/w), q.Encoding, fmtInt(q.Channels))
@@ -487,11 +476,15 @@ func renderClusterChart(res *clusterResults) string {
 		w/2, res.Settings.Primaries, res.Settings.Replicas, res.Meta.Redis, res.Meta.Cores, res.Meta.Date.Format("2006-01-02"))
 	// Left: bus messages per acquisition per node.
 	var groups []barGroup
+	byMode := make([][]roleRow, len(publishModes))
+	for i, mode := range publishModes {
+		byMode[i] = res.modeRows(mode)
+	}
 	for _, role := range roles {
 		g := barGroup{label: role}
-		for _, mode := range publishModes {
+		for _, rows := range byMode {
 			var v float64
-			for _, r := range roleRows(runsOf(res.Contended, clusterTargetName(mode), 0), res.Settings.Primaries) {
+			for _, r := range rows {
 				if r.Role == role {
 					v = r.PubSent + r.PubRecv + r.ShardSent + r.ShardRecv
 				}

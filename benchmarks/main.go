@@ -119,13 +119,9 @@ func finishRun(ctx context.Context, start time.Time, m *meta, errs *[]string, re
 
 // renderFrom writes the report and chart from the raw figures of a run.
 func renderFrom(raw, out, chart string) error {
-	data, err := os.ReadFile(raw)
-	if err != nil {
-		return err
-	}
 	var res results
-	if err := json.Unmarshal(data, &res); err != nil {
-		return fmt.Errorf("%s: %w", raw, err)
+	if err := readJSON(raw, &res); err != nil {
+		return err
 	}
 	return writeReport(&res, out, chart)
 }
@@ -284,6 +280,18 @@ func (b *bench) waiterKinds() []lockKind {
 		}
 	}
 	return out
+}
+
+// readJSON reads the raw figures at path into v.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 func writeJSON(path string, v any) error {
