@@ -43,8 +43,7 @@ func renderChart(res *results) string {
 	}
 	const w, h = 1000, 470
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	svgStart(&b, w, h)
 	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="14">One lock, N contenders each with its own client (Redis %s, %d cores, %s; medians over %d rounds)</text>`+"\n",
 		w/2, res.Meta.Redis, res.Meta.Cores, res.Meta.Date.Format("2006-01-02"), res.Settings.Rounds)
 	rtt := durSpread(res.Ping, func(p pingRound) time.Duration { return p.RTT.P50 }).med / 1e3
@@ -62,6 +61,12 @@ func renderChart(res *results) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// svgStart opens a w x h SVG document on a white background.
+func svgStart(b *strings.Builder, w, h int) {
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
+	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
 }
 
 // panel draws one log-log panel at (x0, y0) of size pw x ph, with a dotted

@@ -470,8 +470,7 @@ func renderModel(b *strings.Builder, in modelInputs) {
 func renderClusterChart(res *clusterResults) string {
 	const w, h = 1000, 440
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	svgStart(&b, w, h)
 	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="14">Redis Cluster, %d primaries + %d replica each (Redis %s, %d cores, %s)</text>`+"\n",
 		w/2, res.Settings.Primaries, res.Settings.Replicas, res.Meta.Redis, res.Meta.Cores, res.Meta.Date.Format("2006-01-02"))
 	// Left: bus messages per acquisition per node.

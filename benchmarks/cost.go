@@ -86,11 +86,12 @@ func costOf(pairs int, calls commandCalls, serverCPU, clientCPU float64, cpu boo
 		return pairCost{}
 	}
 	n := float64(pairs)
+	scripts := calls.scripts()
 	c := pairCost{
 		Commands:  float64(calls.total()) / n,
 		Writes:    float64(calls.writes().total()) / n,
-		Scripts:   float64(calls.scripts().Calls) / n,
-		ScriptRun: float64(calls.scripts().Usec) * 1e3 / n,
+		Scripts:   float64(scripts.Calls) / n,
+		ScriptRun: float64(scripts.Usec) * 1e3 / n,
 		CPU:       cpu,
 		Alloc:     allocs >= 0,
 	}
@@ -105,6 +106,17 @@ func costOf(pairs int, calls commandCalls, serverCPU, clientCPU float64, cpu boo
 
 // costs are one lock's pair costs, one per round.
 type costs []pairCost
+
+// costsBy are the pair costs of a scenario's rounds, by lock.
+func costsBy[T any](rounds map[string][]T, cost func(T) pairCost) map[string]costs {
+	by := map[string]costs{}
+	for name, rs := range rounds {
+		for _, r := range rs {
+			by[name] = append(by[name], cost(r))
+		}
+	}
+	return by
+}
 
 // of is the spread over the rounds that measured what f reads (need).
 func (cs costs) of(f func(pairCost) float64, need func(pairCost) bool) spread {

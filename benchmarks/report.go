@@ -447,24 +447,12 @@ func (r *report) kindNames() []string {
 
 // uncontendedCosts are the pair costs of scenario 1, by lock.
 func (r *report) uncontendedCosts() map[string]costs {
-	by := map[string]costs{}
-	for name, rounds := range r.Uncontended {
-		for _, u := range rounds {
-			by[name] = append(by[name], u.cost(r.Settings.UncontendedOps))
-		}
-	}
-	return by
+	return costsBy(r.Uncontended, func(u uncontendedRound) pairCost { return u.cost(r.Settings.UncontendedOps) })
 }
 
 // manyCosts are the pair costs of scenario 4, by lock.
 func (r *report) manyCosts() map[string]costs {
-	by := map[string]costs{}
-	for name, rounds := range r.Many {
-		for _, m := range rounds {
-			by[name] = append(by[name], m.cost())
-		}
-	}
-	return by
+	return costsBy(r.Many, manyRound.cost)
 }
 
 func (r *report) contended(chartPath string) {
