@@ -22,7 +22,9 @@ const (
 func spliceCluster(text, section string) string {
 	if i := strings.Index(text, clusterBegin); i >= 0 {
 		if j := strings.Index(text[i:], clusterEnd); j >= 0 {
-			return text[:i] + section + text[i+j+len(clusterEnd):]
+			// The section ends with its own newline: the one after the old
+			// end marker goes with it.
+			return text[:i] + section + strings.TrimPrefix(text[i+j+len(clusterEnd):], "\n")
 		}
 	}
 	if text != "" && !strings.HasSuffix(text, "\n\n") {

@@ -145,8 +145,11 @@ func TestSpliceCluster(t *testing.T) {
 		t.Errorf("append: %q", got)
 	}
 	old := "# B\n\n" + clusterBegin + "\nold\n" + clusterEnd + "\n\n## after\n"
-	if got, want := spliceCluster(old, section), "# B\n\n"+section+"\n\n## after\n"; got != want {
+	if got, want := spliceCluster(old, section), "# B\n\n"+section+"\n## after\n"; got != want {
 		t.Errorf("replace: %q, want %q", got, want)
+	}
+	if again := spliceCluster(spliceCluster(old, section), section); again != spliceCluster(old, section) {
+		t.Errorf("a second splice changed the report: %q", again)
 	}
 }
 
