@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "faa2d98a6b09c61e3100804ebacfb61a17344bb4",
-	"delete":           "bc266a2aab78aa137bd3078fefaa0e725f0528ed",
+	"acquire":          "be5fca6318e21c65d34cdc403b3d6f8154dfa8cd",
+	"delete":           "d7c7222c1d7c17f9b94c89adae273889d71c2d71",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "612803b1e3267100502dd1899305c675aa5908ec",
-	"inspect":          "477710ef16cf8053e923516dab815661d44bc09d",
-	"leave":            "a5699fb45dae0519f24e7ee00a0b7b4c2a1b6061",
-	"prune":            "94e330c457050d04dd12b0858d1d8ec91af014ae",
+	"force_unlock":     "8c9897432ba63ce050b8068bb01857810c88c024",
+	"inspect":          "c2a07b3d4ad87a707ded36d41dd40b22177f3ab4",
+	"leave":            "40d8de6398b452c5985a2571ba391e6492734e6f",
+	"prune":            "3a47e35d83d5b1a4d4cd6e07d4c9803c26619882",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "365ae83205552bc2d4ebe1f7fc4b7b2f621715d6",
+	"renew":            "e64c4e27a88a1b995f55d40a2e77432f0c1dec12",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "407f159833986225f12011009bcfd5411c40ecfb",
+	"unlock":           "faa89250169fb6f02b578475c617e598598f1875",
 }

@@ -4,9 +4,12 @@
 // plain reads that stand in for inspect.lua on the client-side cache. No
 // other package knows a script's KEYS or ARGV order or a reply's shape.
 //
-// Every lock script is scripts/prelude.lua (server time, dead-head purge,
-// wake-ups, hand-over) followed by its own body; each body starts with a
-// comment listing its KEYS and ARGV and its reply.
+// Every lock script is scripts/base.lua (server time, fencing tokens),
+// then, for acquire and unlock, a fast path for the common case (a free
+// lock nobody waits for) that returns before the rest is defined, then
+// scripts/prelude.lua (dead-head purge, wake-ups, hand-over) and the
+// script's own body; each body starts with a comment listing its KEYS and
+// ARGV and its reply.
 package wire
 
 //go:generate go test -run TestScriptDigests -update-digests .
@@ -20,6 +23,12 @@ import (
 )
 
 var (
+	//go:embed scripts/base.lua
+	baseLua string
+	//go:embed scripts/acquire_fast.lua
+	acquireFastLua string
+	//go:embed scripts/unlock_fast.lua
+	unlockFastLua string
 	//go:embed scripts/prelude.lua
 	preludeLua string
 	//go:embed scripts/acquire.lua
@@ -62,10 +71,13 @@ func NewScripts() *Scripts {
 	script := func(name, source string) *backend.Script {
 		return &backend.Script{Name: name, Source: source, SHA1: digests[name]}
 	}
-	lock := func(name, body string) *backend.Script { return script(name, preludeLua+"\n"+body) }
+	lock := func(name, body string) *backend.Script { return script(name, baseLua+"\n"+preludeLua+"\n"+body) }
+	fast := func(name, fast, body string) *backend.Script {
+		return script(name, baseLua+"\n"+fast+"\n"+preludeLua+"\n"+body)
+	}
 	return &Scripts{
-		acquire:         lock("acquire", acquireLua),
-		unlock:          lock("unlock", unlockLua),
+		acquire:         fast("acquire", acquireFastLua, acquireLua),
+		unlock:          fast("unlock", unlockFastLua, unlockLua),
 		leave:           lock("leave", leaveLua),
 		renew:           lock("renew", renewLua),
 		forceUnlock:     lock("force_unlock", forceUnlockLua),

@@ -1,4 +1,5 @@
--- prelude.lua: helpers prepended to every fair-lock script (see scripts.go).
+-- prelude.lua: helpers prepended to every fair-lock script, after base.lua
+-- (see scripts.go).
 --
 -- Two zsets describe the queue. "timeouts" is Redisson's: each waiter's
 -- deadline, by which Redisson's scripts purge the head, and from which every
@@ -27,22 +28,6 @@
 -- every fairlock waiter would run away in a busy queue (hours in a minute),
 -- and keep a Java waiter that died judged alive as long.
 --
--- Time comes from the server (X1): server_now is Redis' own clock in
--- milliseconds, never a client's, read once per script run and only when
--- a step needs it (an empty queue and a free lock need none). clock_us
--- keeps the same instant in microseconds, which orders a hand-over grant
--- after the waiter's latest acquire even when both ran in one millisecond.
-local clock_us = 0
-local clock_ms = nil
-local function server_now()
-  if not clock_ms then
-    local t = redis.call('time')
-    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    clock_ms = math.floor(clock_us / 1000)
-  end
-  return clock_ms
-end
-
 -- publish_to sends msg on an owner's channel with each command in the
 -- comma-separated list publish ("publish", or "publish,spublish" on
 -- clusters where Redisson waiters use sharded pub/sub). Redisson waiters
@@ -227,11 +212,6 @@ local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   end
 end
 
--- token_keep is how much longer than the lock hash the token counter
--- lives, in ms: after that it may expire, and the next token comes from
--- the server's clock (next_token).
-local token_keep = 1000
-
 -- keep_token makes the token counter live at least token_keep longer than
 -- a hold of lease ms.
 local function keep_token(token_key, lease)
@@ -251,39 +231,6 @@ local function extend(hash, token_key, lease, ttl)
     redis.call('pexpire', hash, lease)
   end
   keep_token(token_key, lease)
-end
-
--- token_read is the token counter's value as this run last read or wrote
--- it (false: no counter), nil before the first read: a script reads it
--- once (read_token), as the release that hands the lock over reads the
--- holder's token and then draws the next. A script has one token key.
-local token_read = nil
-local function read_token(token_key)
-  if token_read == nil then
-    token_read = redis.call('get', token_key)
-  end
-  return token_read
-end
-
--- next_token draws the fencing token of a new hold (X6). While the counter
--- lives it counts up by one; when it has expired (the lock unused for a
--- lease and a second), it starts again from the server's clock in
--- microseconds, which is past every token drawn before unless the lock was
--- granted more than a thousand times a millisecond on average (X15: the
--- counter does not outlive its use, and tokens never go backwards). The
--- counter lives as long as the hold and a second more: one read and one
--- write (SET with its expiry), where INCR and PEXPIRE were two writes.
-local function next_token(token_key, lease)
-  local last = read_token(token_key)
-  local token
-  if last then
-    token = tonumber(last) + 1
-  else
-    token = server_now() * 1000
-  end
-  token_read = string.format('%.0f', token)
-  redis.call('set', token_key, token_read, 'px', lease + token_keep)
-  return token
 end
 
 -- take_up turns owner's hand-over grant (field 0, hand_over_to) into a

@@ -1,0 +1,61 @@
+-- base.lua: the definitions that come first in every fair-lock script (see
+-- scripts.go), before a script's fast path (acquire_fast.lua,
+-- unlock_fast.lua) and before prelude.lua: the server's clock and the
+-- fencing-token counter. A fast path runs only these and its own few
+-- commands, and returns before prelude.lua's helpers are defined: each of
+-- them is a closure made anew at every run.
+--
+-- Time comes from the server (X1): server_now is Redis' own clock in
+-- milliseconds, never a client's, read once per script run and only when
+-- a step needs it (an empty queue and a free lock need none). clock_us
+-- keeps the same instant in microseconds, which orders a hand-over grant
+-- after the waiter's latest acquire even when both ran in one millisecond.
+local clock_us = 0
+local clock_ms = nil
+local function server_now()
+  if not clock_ms then
+    local t = redis.call('time')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_ms = math.floor(clock_us / 1000)
+  end
+  return clock_ms
+end
+
+-- token_keep is how much longer than the lock hash the token counter
+-- lives, in ms: after that it may expire, and the next token comes from
+-- the server's clock (next_token).
+local token_keep = 1000
+
+-- token_read is the token counter's value as this run last read or wrote
+-- it (false: no counter), nil before the first read: a script reads it
+-- once (read_token), as the release that hands the lock over reads the
+-- holder's token and then draws the next. A script has one token key.
+local token_read = nil
+local function read_token(token_key)
+  if token_read == nil then
+    token_read = redis.call('get', token_key)
+  end
+  return token_read
+end
+
+-- next_token draws the fencing token of a new hold (X6). While the counter
+-- lives it counts up by one; when it has expired (the lock unused for a
+-- lease and a second), it starts again from the server's clock in
+-- microseconds, which is past every token drawn before unless the lock was
+-- granted more than a thousand times a millisecond on average (X15: the
+-- counter does not outlive its use, and tokens never go backwards). The
+-- counter lives as long as the hold and a second more: one read and one
+-- write (SET with its expiry), where INCR and PEXPIRE were two writes.
+local function next_token(token_key, lease)
+  local last = read_token(token_key)
+  local token
+  if last then
+    token = tonumber(last) + 1
+  else
+    token = server_now() * 1000
+  end
+  token_read = string.format('%.0f', token)
+  redis.call('set', token_key, token_read, 'px', lease + token_keep)
+  return token
+end
+
