@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/fairlock/fairlock/lockbench"
 	"math"
 	"sort"
 	"strings"
@@ -122,11 +123,15 @@ func (r *report) boundNote(what, kind string) string {
 				peers = append(peers, fmt.Sprintf("%s %s, %.1f commands", p.Name, fmtDur(pair(pu)), pu[0].CommandsPerPair))
 			}
 		}
-		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s. Peers: %s.",
+		uc := r.uncontendedCosts()
+		run := uc[kind].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med
+		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). Two empty scripts in the same turns: %s. Peers: %s.",
 			kind, q, fmtDur(pair(u)),
-			durSpread(u, func(x uncontendedRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
-			durSpread(u, func(x uncontendedRound) time.Duration { return x.Unlock.P50 }).cell(fmtDur),
-			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), strings.Join(peers, "; "))
+			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
+			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
+			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
+			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pick(uncontendedRound{Interleaved: &x}, q) }).cell(fmtDur),
+			strings.Join(peers, "; "))
 	}
 	return ""
 }
@@ -182,9 +187,9 @@ func (r *report) profileLine(kind string) string {
 
 func pick(u uncontendedRound, q string) time.Duration {
 	if q == "p99" {
-		return u.Pair.P99
+		return u.latency().Pair.P99
 	}
-	return u.Pair.P50
+	return u.latency().Pair.P50
 }
 
 // cpuVerdict says whether the cores were the limit: ours is the server's

@@ -175,11 +175,21 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 	} else {
 		res.Ping = append(res.Ping, pingRound{RTT: lockbench.Summarize(rtt)})
 	}
+	logf("round %d: uncontended, every lock in turn", round)
+	lat, floor, err := b.uncontendedInterleaved(ctx)
+	if err != nil {
+		fail("uncontended, interleaved", err)
+	} else {
+		res.UncontendedFloor = append(res.UncontendedFloor, floor)
+	}
 	for _, k := range b.kinds {
 		logf("round %d: uncontended: %s", round, k.name)
 		if r, err := b.uncontended(ctx, k); err != nil {
 			fail("uncontended "+k.name, err)
 		} else {
+			if l, ok := lat[k.name]; ok {
+				r.Interleaved = &l
+			}
 			res.Uncontended[k.name] = append(res.Uncontended[k.name], r)
 		}
 	}

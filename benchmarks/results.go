@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/fairlock/fairlock/lockbench"
 	"os"
 	"os/exec"
 	"runtime"
@@ -13,19 +14,22 @@ import (
 
 // results is everything one run measured; benchmarks/results.json holds it.
 type results struct {
-	Meta        meta                                `json:"meta"`
-	Settings    settings                            `json:"settings"`
-	Kinds       []kindInfo                          `json:"locks"`
-	Ping        []pingRound                         `json:"ping"`
-	Uncontended map[string][]uncontendedRound       `json:"uncontended"`
-	Contended   map[string]map[int][]contendedRound `json:"contended"`
-	FIFO        map[string][]contendedRound         `json:"fifo"`
-	Idle        map[string][]idleRound              `json:"idle_handover"`
-	Many        map[string][]manyRound              `json:"many_locks"`
-	ManySlow    map[string][]slowCalls              `json:"many_locks_observed"`
-	Queue       []queueRound                        `json:"queue_scaling"`
-	Waiters     map[string][]waitersRound           `json:"idle_waiters"`
-	Errors      []string                            `json:"errors"`
+	Meta        meta                          `json:"meta"`
+	Settings    settings                      `json:"settings"`
+	Kinds       []kindInfo                    `json:"locks"`
+	Ping        []pingRound                   `json:"ping"`
+	Uncontended map[string][]uncontendedRound `json:"uncontended"`
+	// UncontendedFloor is scenario 1's floor in each round: two empty
+	// scripts (emptyScripts), timed in the same turns as the locks.
+	UncontendedFloor []lockbench.Latency                 `json:"uncontended_floor,omitempty"`
+	Contended        map[string]map[int][]contendedRound `json:"contended"`
+	FIFO             map[string][]contendedRound         `json:"fifo"`
+	Idle             map[string][]idleRound              `json:"idle_handover"`
+	Many             map[string][]manyRound              `json:"many_locks"`
+	ManySlow         map[string][]slowCalls              `json:"many_locks_observed"`
+	Queue            []queueRound                        `json:"queue_scaling"`
+	Waiters          map[string][]waitersRound           `json:"idle_waiters"`
+	Errors           []string                            `json:"errors"`
 }
 
 func newResults(set settings) *results {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redis/rueidis"
 	"runtime"
 	"time"
 
@@ -89,17 +90,90 @@ func (b *bench) lockName(scenario string) string {
 // uncontendedRound is scenario 1 for one lock in one round.
 type uncontendedRound struct {
 	lockbench.UncontendedResult
-	CommandsPerPair float64       `json:"commands_per_pair"`
-	Commands        commandCalls  `json:"command_calls"`
-	ServerCPU       float64       `json:"server_cpu_s"`  // over the measured pairs (INFO cpu)
-	ClientCPU       time.Duration `json:"client_cpu_ns"` // this process over them (getrusage)
-	Wall            time.Duration `json:"wall_ns"`       // 0: an older run that measured no CPU
-	PerPair         pairCost      `json:"per_pair"`
+	// Interleaved is the latency measured with every lock taking turns
+	// (see uncontendedInterleaved); nil in runs older than it.
+	Interleaved     *lockbench.Latency `json:"interleaved,omitempty"`
+	CommandsPerPair float64            `json:"commands_per_pair"`
+	Commands        commandCalls       `json:"command_calls"`
+	ServerCPU       float64            `json:"server_cpu_s"`  // over the measured pairs (INFO cpu)
+	ClientCPU       time.Duration      `json:"client_cpu_ns"` // this process over them (getrusage)
+	Wall            time.Duration      `json:"wall_ns"`       // 0: an older run that measured no CPU
+	PerPair         pairCost           `json:"per_pair"`
+}
+
+// latency is the round's latency: the interleaved run's, else (an older
+// run) the window's own.
+func (u uncontendedRound) latency() lockbench.Latency {
+	if u.Interleaved != nil {
+		return *u.Interleaved
+	}
+	return lockbench.Latency{Lock: u.Lock, Unlock: u.Unlock, Pair: u.Pair}
 }
 
 // cost is the round's cost per pair.
 func (u uncontendedRound) cost(pairs int) pairCost {
 	return costOf(pairs, u.Commands, u.ServerCPU, float64(u.ClientCPU), u.Wall > 0, u.AllocsPerPair*float64(pairs), u.BytesPerPair*float64(pairs))
+}
+
+// uncontendedBlock is how many pairs each lock makes in its turn of the
+// interleaved run.
+const uncontendedBlock = 100
+
+// uncontendedInterleaved measures scenario 1's latency with every lock's
+// client open and the locks taking turns, uncontendedBlock pairs each, so
+// that a drift of the machine's speed during the round slows them alike.
+// It returns the latencies by lock name, and the floor's (emptyScripts),
+// which takes its turns too.
+func (b *bench) uncontendedInterleaved(ctx context.Context) (map[string]lockbench.Latency, lockbench.Latency, error) {
+	lockers := make([]lockbench.Locker, len(b.kinds))
+	for i, k := range b.kinds {
+		c, err := k.connect(b.srv.addr, connOpts{})
+		if err != nil {
+			return nil, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+		}
+		defer c.close()
+		if lockers[i], err = c.locker(b.lockName("uncontended")); err != nil {
+			return nil, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+		}
+	}
+	floor, closeFloor, err := emptyScripts(ctx, b.srv.addr)
+	if err != nil {
+		return nil, lockbench.Latency{}, err
+	}
+	defer closeFloor()
+	lat, err := lockbench.UncontendedInterleaved(ctx, append(lockers, floor), b.set.UncontendedOps, uncontendedBlock, 50)
+	if err != nil {
+		return nil, lockbench.Latency{}, err
+	}
+	out := make(map[string]lockbench.Latency, len(b.kinds))
+	for i, k := range b.kinds {
+		out[k.name] = lat[i]
+	}
+	return out, lat[len(b.kinds)], nil
+}
+
+// emptyScripts is the floor of scenario 1, a Locker that locks nothing:
+// its Lock and its Unlock are each one EVALSHA of "return 1" on a rueidis
+// client with the defaults fairlock/rueidis has - the two round trips of
+// any lock that runs a script to lock and another to unlock, with no
+// work in them.
+func emptyScripts(ctx context.Context, addr string) (lockbench.Locker, func(), error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	script := rueidis.NewLuaScript("return 1")
+	run := func(ctx context.Context) error {
+		return script.Exec(ctx, c, []string{"fairlock-bench:floor"}, nil).Error()
+	}
+	if err := run(ctx); err != nil { // loads the script
+		c.Close()
+		return nil, nil, err
+	}
+	return lockbench.LockerFuncs{
+		LockFunc:   func(ctx context.Context) (int64, error) { return 0, run(ctx) },
+		UnlockFunc: run,
+	}, c.Close, nil
 }
 
 func (b *bench) uncontended(ctx context.Context, k lockKind) (uncontendedRound, error) {

@@ -239,6 +239,39 @@ func TestUncontendedAndIdleHandover(t *testing.T) {
 	}
 }
 
+// TestUncontendedInterleaved: each locker makes its warm-up pairs, then
+// the lockers take turns in blocks, the last block short, and each gets
+// its own n pairs measured.
+func TestUncontendedInterleaved(t *testing.T) {
+	var order []byte
+	locker := func(id byte) lockbench.Locker {
+		f := &fifoLock{}
+		l := f.locker()
+		return lockbench.LockerFuncs{
+			LockFunc: func(ctx context.Context) (int64, error) {
+				order = append(order, id)
+				return l.Lock(ctx)
+			},
+			UnlockFunc: l.Unlock,
+		}
+	}
+	res, err := lockbench.UncontendedInterleaved(context.Background(), []lockbench.Locker{locker('a'), locker('b')}, 5, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(order), "abaabbaabbab"; got != want {
+		t.Errorf("calls in the order %s, want %s", got, want)
+	}
+	for i, r := range res {
+		if r.Pair.Count != 5 || r.Lock.Count != 5 || r.Unlock.Count != 5 {
+			t.Errorf("locker %d: %+v, want 5 pairs measured", i, r)
+		}
+	}
+	if _, err := lockbench.UncontendedInterleaved(context.Background(), nil, 5, 0, 0); err == nil {
+		t.Error("a block of 0 pairs accepted")
+	}
+}
+
 func TestManyLocks(t *testing.T) {
 	locks := make([]*fifoLock, 8)
 	for i := range locks {

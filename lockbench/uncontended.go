@@ -51,6 +51,55 @@ func Uncontended(ctx context.Context, l Locker, n, warmup int) (UncontendedResul
 	return res, nil
 }
 
+// Latency is how long each call of a Lock+Unlock pair took.
+type Latency struct {
+	Lock, Unlock Summary // each call
+	Pair         Summary // Lock call to Unlock return
+}
+
+// UncontendedInterleaved times n Lock+Unlock pairs of each of lockers,
+// each on a free lock of its own, in turns of block pairs: every locker's
+// block, then every locker's next block, until each has made n. A machine
+// whose speed drifts during a run (another tenant, a frequency change)
+// then slows every locker alike, where runs one after the other would
+// each meet a different stretch. Each locker first makes warmup unmeasured
+// pairs. The result is in the order of lockers.
+func UncontendedInterleaved(ctx context.Context, lockers []Locker, n, block, warmup int) ([]Latency, error) {
+	if n < 1 || block < 1 {
+		return nil, fmt.Errorf("lockbench: n and block must be at least 1, got %d and %d", n, block)
+	}
+	type hists struct{ lock, unlock, pair *Histogram }
+	hs := make([]hists, len(lockers))
+	for i, l := range lockers {
+		for range warmup {
+			if err := pair(ctx, l, nil); err != nil {
+				return nil, err
+			}
+		}
+		hs[i] = hists{NewHistogram(), NewHistogram(), NewHistogram()}
+	}
+	progress := progressOf(ctx)
+	for done := 0; done < n; done += block {
+		for i, l := range lockers {
+			for range min(block, n-done) {
+				var t pairTimes
+				if err := pair(ctx, l, &t); err != nil {
+					return nil, fmt.Errorf("locker %d: %w", i, err)
+				}
+				hs[i].lock.Record(t.lock)
+				hs[i].unlock.Record(t.unlock)
+				hs[i].pair.Record(t.lock + t.unlock)
+				progress.add()
+			}
+		}
+	}
+	out := make([]Latency, len(lockers))
+	for i, h := range hs {
+		out[i] = Latency{Lock: h.lock.Summary(), Unlock: h.unlock.Summary(), Pair: h.pair.Summary()}
+	}
+	return out, nil
+}
+
 // pairTimes is how long one Lock and the Unlock after it took.
 type pairTimes struct{ lock, unlock time.Duration }
 
