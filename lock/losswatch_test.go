@@ -176,3 +176,68 @@ func TestHoldsByHash(t *testing.T) {
 		t.Fatalf("holds on %s after another lock's unlock: %v", ms[1].keys.Hash, hs)
 	}
 }
+
+// TestHashWatch_ShortHoldsWatchNothing: holds shorter than armDelay start
+// no watch, and the one timer the client sets for all hashes still starts
+// the watch of every hash held long enough, each in its turn - the second
+// hash first held after the timer was set.
+func TestHashWatch_ShortHoldsWatchNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
+	c, err := NewClient(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	short, first, second := newTestMutex(t, c, "short"), newTestMutex(t, c, "first"), newTestMutex(t, c, "second")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	pairs, longest := 0, time.Duration(0)
+	for ; pairs < 1000 && time.Since(start) < armDelay/2; pairs++ {
+		began := time.Now()
+		if _, err := short.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := short.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, time.Since(began))
+	}
+	held := time.Now()
+	if _, err := first.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "both held hashes to be watched", func() bool {
+		_, a := wc.counts("first")
+		_, b := wc.counts("second")
+		return a == 1 && b == 1
+	})
+	t.Logf("%d short pairs, the longest %v; both long holds watched %v after they began", pairs, longest.Round(time.Microsecond), time.Since(held).Round(time.Millisecond))
+	calls, _ := wc.counts("short")
+	switch {
+	case longest >= armDelay:
+		// A loaded machine stretched a pair past armDelay: that hold was
+		// rightly watched, and this run checks nothing about short ones.
+		t.Logf("a short pair took %v, over armDelay: not checked", longest)
+	case calls != 0:
+		t.Errorf("%d watches of a hash only ever held for at most %v", calls, longest)
+	}
+}
+
+func newTestMutex(t *testing.T, c *Client, name string) *Mutex {
+	t.Helper()
+	m, err := c.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
