@@ -95,9 +95,15 @@ func (r *report) boundNote(what, kind string) string {
 		if what == "manyp99" {
 			slow = " " + r.slowLine(kind)
 		}
-		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s",
+		var peers []string
+		for _, p := range r.peers() {
+			if pm := r.Many[p.Name]; len(pm) > 0 {
+				peers = append(peers, fmt.Sprintf("%s %s/s", p.Name, fmtInt(int64(spreadBy(pm, func(x manyRound) float64 { return x.Throughput }).med))))
+			}
+		}
+		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
 			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
-			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow)
+			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow, strings.Join(peers, "; "))
 	case "queue":
 		return "" // one note for all operations: see bounds
 	case "waiters":
