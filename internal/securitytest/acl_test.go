@@ -191,7 +191,9 @@ func commandStat(t testing.TB, srv *redistest.Server, cmd, field string) string 
 //     at once with the server's NOPERM error, after two refused requests
 //     (the acquire, and the leave that undoes a failed one; no retry
 //     loop), and nothing is written;
-//   - the wake-up channel pattern: SUBSCRIBE is refused, and a waiter's
+//   - the wake-up channel pattern: on a free lock the acquire asks first
+//     and is refused at once (NOPERM naming publish), nothing written; on
+//     a held lock SUBSCRIBE is refused, and a waiter's
 //     Lock fails within 5 s with the server's NOPERM error naming the
 //     channel; the refusal is not retried (at most 3 refused SUBSCRIBEs),
 //     and the waiter leaves the queue, so nothing is left behind.
@@ -265,18 +267,32 @@ func TestMissingPermission(t *testing.T) {
 			srv := redistest.Start(t)
 			applyRecipe(t, srv, []string{"&redisson_lock__channel:{app:*"}, "commands", "prefix")
 			opts := []lock.Option{lock.WithKeyPrefix("app:"), lock.WithWaiterTimeout(3 * time.Second)}
-			m := newMutex(t, newClient(t, a, lockerConn(srv.Addr()), opts...), "orders")
+			locker := newClient(t, a, lockerConn(srv.Addr()), opts...)
+			m := newMutex(t, locker, "orders")
 			holder := newMutex(t, newClient(t, a, conn{addr: srv.Addr()}, opts...), "orders")
 			ctx, cancel := context.WithTimeout(context.Background(), within)
 			defer cancel()
+			// A free lock is refused too, at once and with nothing
+			// written: the acquire that would take it asks first, as a
+			// hold whose renewals are refused would be lost at the end of
+			// its first lease.
+			start := time.Now()
+			_, err := newMutex(t, locker, "free").Lock(ctx)
+			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "publish") {
+				t.Fatalf("Lock of a free lock without the wake-up channel: %v, want NOPERM naming publish", err)
+			}
+			if keys := srv.Do(t, "KEYS", "*free*"); len(keys.([]any)) != 0 {
+				t.Fatalf("the refused Lock of a free lock wrote %v", keys)
+			}
+			t.Logf("%s: without the wake-up channel Lock of a free lock failed after %v", a.name, time.Since(start).Round(time.Microsecond))
 			if _, err := holder.Lock(ctx); err != nil {
 				t.Fatalf("Lock as the default user: %v", err)
 			}
 			// The waiter queues, cannot subscribe to its wake-up channel,
 			// and gives up at once with the server's refusal, leaving the
 			// queue.
-			start := time.Now()
-			_, err := m.Lock(ctx)
+			start = time.Now()
+			_, err = m.Lock(ctx)
 			took := time.Since(start)
 			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "redisson_lock__channel:{app:orders}") {
 				t.Fatalf("Lock without the wake-up channel: %v, want an error naming NOPERM and the channel", err)

@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "be5fca6318e21c65d34cdc403b3d6f8154dfa8cd",
-	"delete":           "d7c7222c1d7c17f9b94c89adae273889d71c2d71",
+	"acquire":          "17f18a1ffa530539efeefe459c07985e0bccd411",
+	"delete":           "3ea156ea4915da9378fd119c52d4dc5f9fd19cc1",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "8c9897432ba63ce050b8068bb01857810c88c024",
-	"inspect":          "c2a07b3d4ad87a707ded36d41dd40b22177f3ab4",
-	"leave":            "40d8de6398b452c5985a2571ba391e6492734e6f",
-	"prune":            "3a47e35d83d5b1a4d4cd6e07d4c9803c26619882",
+	"force_unlock":     "178d48dc7d9893d14935d137e14e49a8326f1dbb",
+	"inspect":          "c5d9ec1f701ee9126cc84b1513107ad3af38ff73",
+	"leave":            "882f4c20f2430658af948c09c25e80768bc4d619",
+	"prune":            "1041f7c809f5cbb90d730a6dbe4db42e2dc1903a",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "e64c4e27a88a1b995f55d40a2e77432f0c1dec12",
+	"renew":            "d7eed705dc9420d5d51fc08d16c636d8b3e12ae9",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "faa89250169fb6f02b578475c617e598598f1875",
+	"unlock":           "cee59b275b5bfb67776639f38299a3d88f390ca6",
 }

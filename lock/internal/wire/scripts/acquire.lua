@@ -45,12 +45,8 @@
 -- loop over waiters, X11 Redisson-compatible deadlines (dead tails dropped,
 -- room for the Redisson waiters ahead), X12 the lease never shrinks while
 -- held, X14 safe retries, X15 keys expire.
-do
-  local err = refused(ARGV[6], ARGV[5])
-  if err then
-    return err
-  end
-end
+-- acquire_fast.lua, which comes first, has asked whether this user may
+-- publish (refused, X19) and taken a free lock nobody is queued for.
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])

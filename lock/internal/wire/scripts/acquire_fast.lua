@@ -1,11 +1,22 @@
--- acquire_fast.lua: acquire.lua's path for the common case, a free lock
--- with nobody queued (the lock hash and the queue both absent: Redis
--- deletes an empty list). It runs before prelude.lua (scripts.go), so the
--- helpers it does not need are never made, and it sends no message, so it
--- need not ask whether the user may publish (X19). It does what
--- acquire.lua's own steps do for that state, no more: a new hold, count 1,
--- with a new token (B1, X6). In any other state it falls through to
--- acquire.lua, having read one key more. KEYS and ARGV as acquire.lua.
+-- acquire_fast.lua: the start of acquire.lua (KEYS and ARGV as there), with
+-- a fast path for the common case, a free lock with nobody queued (the
+-- lock hash and the queue both absent: Redis deletes an empty list).
+--
+-- Every acquire first asks whether its user may publish the lock's
+-- wake-ups (refused, X19), even here where it publishes nothing: a user
+-- that may not would take a free lock and then have every renewal refused
+-- (renew.lua asks too), and lose the hold at the end of its first lease.
+--
+-- The fast path runs before prelude.lua (scripts.go), so the helpers it
+-- does not need are never made. It does what acquire.lua's own steps do for
+-- that state, no more: a new hold, count 1, with a new token (B1, X6). In
+-- any other state acquire.lua goes on, having read one key more.
+do
+  local err = refused(ARGV[6], ARGV[5])
+  if err then
+    return err
+  end
+end
 if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
   local lease = tonumber(ARGV[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)

@@ -38,31 +38,6 @@ local function publish_to(publish, channel_prefix, owner, msg)
   end
 end
 
--- refused returns the NOPERM error reply a script must return before it
--- writes anything when its user may not publish what the lock publishes:
--- with each command in publish on the channels channel_prefix .. ':' ..
--- owner (the wake-ups), and, when client_prefix is given, with PUBLISH on
--- client_prefix .. clientID (tell_evicted). Redis checks a script's
--- commands and channels only when the script reaches them and does not
--- undo the writes before a refused one, so asking first
--- (redis.acl_check_cmd, about a third of a microsecond) keeps a refusal
--- from leaving half a release behind (X19). Servers without that function
--- (before Redis 7.0, miniredis) are not asked.
-local function refused(publish, channel_prefix, client_prefix)
-  if not redis.acl_check_cmd then
-    return nil
-  end
-  for cmd in string.gmatch(publish, '[^,]+') do
-    if not redis.acl_check_cmd(cmd, channel_prefix .. ':x', '0') then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on the channels ' .. channel_prefix .. ':*, where the lock wakes its waiters (docs/security.md)')
-    end
-  end
-  if client_prefix and not redis.acl_check_cmd('publish', client_prefix .. 'x', '0') then
-    return redis.error_reply('NOPERM this user has no permissions to run publish on the channels ' .. client_prefix .. '*, where the lock tells a holder it was evicted (docs/security.md)')
-  end
-  return nil
-end
-
 -- notify publishes Redisson's unlock message "0" on an owner's channel.
 local function notify(publish, channel_prefix, owner)
   publish_to(publish, channel_prefix, owner, '0')

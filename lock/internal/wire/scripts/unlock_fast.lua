@@ -2,13 +2,13 @@
 -- of the hold the client knows released with nobody queued. It runs
 -- before prelude.lua (scripts.go), so the helpers it does not need are
 -- never made, and it sends no message (nobody waits), so it need not ask
--- whether the user may publish (X19). It does what unlock.lua's own steps
--- do for that state, no more: a first request (not a retry), for count 1
--- of the token the counter holds, finds the owner's field at 1 and an
--- empty queue; the hash goes and the latch keeps the result 0 (B4, B10).
--- In any other state it falls through to unlock.lua, having read at most
--- three keys of which the token counter is not read again. KEYS and ARGV
--- as unlock.lua.
+-- whether the user may publish (X19): the release it makes is whole. It
+-- does what unlock.lua's own steps do for that state, no more: a first
+-- request (not a retry), for count 1 of the token the counter holds, finds
+-- the owner's field at 1 and an empty queue; the hash goes and the latch
+-- keeps the result 0 (B4, B10). In any other state it falls through to
+-- unlock.lua, having read at most three keys of which the token counter is
+-- not read again. KEYS and ARGV as unlock.lua.
 if ARGV[8] == '0' and ARGV[7] == '1' and redis.call('exists', KEYS[2]) == 0
     and redis.call('hget', KEYS[1], ARGV[1]) == '1' and read_token(KEYS[5]) == ARGV[6] then
   redis.call('del', KEYS[1])
