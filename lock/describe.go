@@ -179,7 +179,8 @@ func (o *ownerIndex) fill(st *inspect.State) {
 
 // holderEvidence tells a fairlock holder from a Redisson one by the
 // fencing counter: fairlock keeps the counter alive at least as long as
-// any hold it issues a token for (prelude.lua: next_token, extend), while
+// any hold it issues a token for (base.lua: next_token; prelude.lua:
+// extend), while
 // Redisson never touches it. hash and token are the two keys' PTTLs, read
 // together; a hash without expiry says nothing. A Redisson hold taken just
 // after a fairlock hold with a longer lease can pass for fairlock while

@@ -37,9 +37,11 @@ type hashWatches struct {
 	byHash map[string]*hashWatch // held hashes
 	// armer starts the watches that are due (startDue); one timer for all
 	// hashes, set when a hold starts and none is pending, so back-to-back
-	// short holds set one timer per armDelay rather than one each (a timer
-	// earlier than the runtime's next one wakes its network poller: a
-	// system call, measured at about 5 µs of an uncontended pair's CPU).
+	// short holds set one timer per armDelay rather than one each. A timer
+	// earlier than the runtime's next one wakes its network poller, a
+	// system call: in a CPU profile of 20,000 uncontended pairs the
+	// per-hold timer's own call took about 5 µs a pair, and the pair's
+	// client CPU fell from 94 to 70 µs without it.
 	armer  *time.Timer
 	arming bool // armer is set
 	closed bool

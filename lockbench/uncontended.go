@@ -62,8 +62,12 @@ type Latency struct {
 // block, then every locker's next block, until each has made n. A machine
 // whose speed drifts during a run (another tenant, a frequency change)
 // then slows every locker alike, where runs one after the other would
-// each meet a different stretch. Each locker first makes warmup unmeasured
-// pairs. The result is in the order of lockers.
+// each meet a different stretch. Each turn starts with one unmeasured
+// pair, which meets what the other lockers' turns left (cold caches,
+// parked goroutines), and the order of the lockers rotates by one each
+// round of turns, so that none always follows the same one. Each locker
+// first makes warmup unmeasured pairs. The result is in the order of
+// lockers.
 func UncontendedInterleaved(ctx context.Context, lockers []Locker, n, block, warmup int) ([]Latency, error) {
 	if n < 1 || block < 1 {
 		return nil, fmt.Errorf("lockbench: n and block must be at least 1, got %d and %d", n, block)
@@ -79,8 +83,13 @@ func UncontendedInterleaved(ctx context.Context, lockers []Locker, n, block, war
 		hs[i] = hists{NewHistogram(), NewHistogram(), NewHistogram()}
 	}
 	progress := progressOf(ctx)
-	for done := 0; done < n; done += block {
-		for i, l := range lockers {
+	for turn, done := 0, 0; done < n; turn, done = turn+1, done+block {
+		for j := range lockers {
+			i := (j + turn) % len(lockers)
+			l := lockers[i]
+			if err := pair(ctx, l, nil); err != nil {
+				return nil, fmt.Errorf("locker %d: %w", i, err)
+			}
 			for range min(block, n-done) {
 				var t pairTimes
 				if err := pair(ctx, l, &t); err != nil {
