@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
-	"github.com/fairlock/fairlock/lockbench"
 	"math"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 // boundNote returns the evidence for one missed target: what the run

@@ -2,13 +2,14 @@ package main
 
 import (
 	"fmt"
-	"github.com/fairlock/fairlock/lockbench"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 // spread is a figure over rounds: the median and the range.
@@ -433,7 +434,7 @@ func (r *report) uncontended() {
 			f(func(x lockbench.Latency) time.Duration { return x.Pair.P50 }), f(func(x lockbench.Latency) time.Duration { return x.Pair.P99 }))
 		r.p("")
 	}
-	r.p("Latency: every lock's client open, the locks taking turns, %d pairs each per turn, until each has made the pairs of the round, so that the machine's speed drifting during the round (on this shared 2-core machine it does, by tens of percent within minutes) slows them alike. \"Alone\": the same pairs timed in the lock's own window below, one lock after the other, as runs before this one measured latency.", uncontendedBlock)
+	r.p("Latency: every lock's client open, the locks taking turns, %d pairs each per turn after one unmeasured pair, the order of the locks rotating by one each round of turns, until each has made the pairs of the round, so that the machine's speed drifting during the round (on this shared 2-core machine it does, by tens of percent within minutes) slows them alike. All locks share this process, so one lock's garbage may be collected during another's turn. \"Alone\": as many pairs again, timed in the lock's own window below (a new client, a new lock name), one lock after the other, as runs before this one measured latency.", uncontendedBlock)
 	r.p("")
 	r.p("### What a pair costs")
 	r.p("")

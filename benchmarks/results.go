@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/fairlock/fairlock/lockbench"
 	"os"
 	"os/exec"
 	"runtime"
@@ -10,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 // results is everything one run measured; benchmarks/results.json holds it.

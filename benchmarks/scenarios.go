@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/redis/rueidis"
 	"runtime"
 	"time"
 
 	"github.com/fairlock/fairlock/lockbench"
+	"github.com/redis/rueidis"
 )
 
 // settings bound every scenario; quick settings make a smoke test.
