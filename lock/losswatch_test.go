@@ -58,18 +58,7 @@ func (b *watchCounter) counts(key string) (calls, open int) {
 // while it lasts - a re-entry adds no watch - and the watch is closed when
 // the hold ends; a DEL of the hash while it is watched ends the hold.
 func TestHashWatch_OnePerHeldHashAndNoneAfter(t *testing.T) {
-	srv := redistest.Start(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
-	c, err := NewClient(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c, wc := newWatchedClient(t)
 	m, err := c.NewMutex("hash-watch")
 	if err != nil {
 		t.Fatal(err)
@@ -182,18 +171,7 @@ func TestHoldsByHash(t *testing.T) {
 // the watch of every hash held long enough, each in its turn - the second
 // hash first held after the timer was set.
 func TestHashWatch_ShortHoldsWatchNothing(t *testing.T) {
-	srv := redistest.Start(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
-	c, err := NewClient(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c, wc := newWatchedClient(t)
 	short, first, second := newTestMutex(t, c, "short"), newTestMutex(t, c, "first"), newTestMutex(t, c, "second")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -231,6 +209,25 @@ func TestHashWatch_ShortHoldsWatchNothing(t *testing.T) {
 	case calls != 0:
 		t.Errorf("%d watches of a hash only ever held for at most %v", calls, longest)
 	}
+}
+
+// newWatchedClient starts a server and returns a client on it whose
+// backend counts its key watches; both end with the test.
+func newWatchedClient(t *testing.T) (*redistest.Server, *Client, *watchCounter) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
+	c, err := NewClient(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, c, wc
 }
 
 func newTestMutex(t *testing.T, c *Client, name string) *Mutex {
