@@ -45,14 +45,37 @@ func serverCalls(t testing.TB, srv *redistest.Server) int64 {
 }
 
 // awaitHoldingQuiet waits until client c, which holds a lock, has
-// subscribed to its reconnect channel: the commands that opening its
-// subscription connection sends would otherwise count as reads.
-func awaitHoldingQuiet(t *testing.T, srv *redistest.Server, c *lock.Client) {
+// subscribed to its reconnect channel and watches the held hash (X16: the
+// watch starts 50 ms into the hold, with CLIENT CACHING and EXISTS): the
+// commands of either would otherwise count as reads. tracked is
+// trackedItems before the hold.
+func awaitHoldingQuiet(t *testing.T, srv *redistest.Server, c *lock.Client, tracked int64) {
 	t.Helper()
 	redistest.Eventually(t, 10*time.Second, "the holding client's subscription", func() bool {
 		reply, _ := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+c.ID()).([]any)
 		return len(reply) == 2 && reply[1] == int64(1)
 	})
+	redistest.Eventually(t, 10*time.Second, "the holding client's watch on the hash", func() bool {
+		return trackedItems(t, srv) > tracked
+	})
+}
+
+// trackedItems is the server's count of keys tracked for client-side
+// caching, one per key and client (INFO stats tracking_total_items).
+func trackedItems(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", "stats").(string)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "tracking_total_items:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO stats: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no tracking_total_items")
+	return 0
 }
 
 // cachedStaleness is the maxStale of the tests' cached reads.
@@ -80,10 +103,11 @@ func TestCachedIsLocked_SeesUnlockWithinOneRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "cached-flip-" + strings.ReplaceAll(tc.name, " ", "-")
 			holder, probe := realMutex(t, tc.holder, name), realMutex(t, reader, name)
+			tracked := trackedItems(t, srv)
 			if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			awaitHoldingQuiet(t, srv, tc.holder)
+			awaitHoldingQuiet(t, srv, tc.holder, tracked)
 			if locked, err := probe.IsLocked(ctx); err != nil || !locked {
 				t.Fatalf("IsLocked = %v, %v; want true", locked, err)
 			}
@@ -134,10 +158,11 @@ func TestCachedReads_UnchangedLockSendsNothing(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	const name = "cached-unchanged"
 	holder := realMutex(t, holders, name)
+	tracked := trackedItems(t, srv)
 	if _, err := holder.TryLockWithLease(ctx, 0, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	awaitHoldingQuiet(t, srv, holders)
+	awaitHoldingQuiet(t, srv, holders, tracked)
 	queueEntry(t, srv, name, holders.ID()+":99", 60_000, true)                        // a fairlock waiter
 	queueEntry(t, srv, name, "6a1f0c52-2a35-4d9b-9d4e-4c1e0b2f1a77:1", 60_000, false) // a Redisson waiter
 	probe := realMutex(t, reader, name)
