@@ -107,7 +107,7 @@ func (u uncontendedRound) latency() lockbench.Latency {
 	if u.Interleaved != nil {
 		return *u.Interleaved
 	}
-	return lockbench.Latency{Lock: u.Lock, Unlock: u.Unlock, Pair: u.Pair}
+	return u.Latency
 }
 
 // cost is the round's cost per pair.

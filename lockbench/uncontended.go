@@ -9,8 +9,7 @@ import (
 
 // UncontendedResult is one owner locking and unlocking a free lock.
 type UncontendedResult struct {
-	Lock, Unlock Summary // each call
-	Pair         Summary // Lock call to Unlock return
+	Latency
 	// AllocsPerPair and BytesPerPair are heap allocations of the whole
 	// process per Lock+Unlock pair (runtime.MemStats), so they include
 	// the client library's background goroutines.
@@ -25,27 +24,21 @@ func Uncontended(ctx context.Context, l Locker, n, warmup int) (UncontendedResul
 	if n < 1 {
 		return res, fmt.Errorf("lockbench: n must be at least 1, got %d", n)
 	}
-	for range warmup {
-		if err := pair(ctx, l, nil); err != nil {
-			return res, err
-		}
+	if err := warmUp(ctx, l, warmup); err != nil {
+		return res, err
 	}
 	progress := progressOf(ctx)
-	locks, unlocks, pairs := NewHistogram(), NewHistogram(), NewHistogram()
+	h := newLatencyHistograms()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range n {
-		var t pairTimes
-		if err := pair(ctx, l, &t); err != nil {
+		if err := h.run(ctx, l); err != nil {
 			return res, err
 		}
-		locks.Record(t.lock)
-		unlocks.Record(t.unlock)
-		pairs.Record(t.lock + t.unlock)
 		progress.add()
 	}
 	runtime.ReadMemStats(&after)
-	res.Lock, res.Unlock, res.Pair = locks.Summary(), unlocks.Summary(), pairs.Summary()
+	res.Latency = h.summary()
 	res.AllocsPerPair = float64(after.Mallocs-before.Mallocs) / float64(n)
 	res.BytesPerPair = float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
 	return res, nil
@@ -72,15 +65,12 @@ func UncontendedInterleaved(ctx context.Context, lockers []Locker, n, block, war
 	if n < 1 || block < 1 {
 		return nil, fmt.Errorf("lockbench: n and block must be at least 1, got %d and %d", n, block)
 	}
-	type hists struct{ lock, unlock, pair *Histogram }
-	hs := make([]hists, len(lockers))
+	hs := make([]latencyHistograms, len(lockers))
 	for i, l := range lockers {
-		for range warmup {
-			if err := pair(ctx, l, nil); err != nil {
-				return nil, err
-			}
+		if err := warmUp(ctx, l, warmup); err != nil {
+			return nil, err
 		}
-		hs[i] = hists{NewHistogram(), NewHistogram(), NewHistogram()}
+		hs[i] = newLatencyHistograms()
 	}
 	progress := progressOf(ctx)
 	for turn, done := 0, 0; done < n; turn, done = turn+1, done+block {
@@ -91,22 +81,51 @@ func UncontendedInterleaved(ctx context.Context, lockers []Locker, n, block, war
 				return nil, fmt.Errorf("locker %d: %w", i, err)
 			}
 			for range min(block, n-done) {
-				var t pairTimes
-				if err := pair(ctx, l, &t); err != nil {
+				if err := hs[i].run(ctx, l); err != nil {
 					return nil, fmt.Errorf("locker %d: %w", i, err)
 				}
-				hs[i].lock.Record(t.lock)
-				hs[i].unlock.Record(t.unlock)
-				hs[i].pair.Record(t.lock + t.unlock)
 				progress.add()
 			}
 		}
 	}
 	out := make([]Latency, len(lockers))
 	for i, h := range hs {
-		out[i] = Latency{Lock: h.lock.Summary(), Unlock: h.unlock.Summary(), Pair: h.pair.Summary()}
+		out[i] = h.summary()
 	}
 	return out, nil
+}
+
+// latencyHistograms records the times of Lock+Unlock pairs.
+type latencyHistograms struct{ lock, unlock, pair *Histogram }
+
+func newLatencyHistograms() latencyHistograms {
+	return latencyHistograms{NewHistogram(), NewHistogram(), NewHistogram()}
+}
+
+// run runs one Lock+Unlock of l and records its times.
+func (h latencyHistograms) run(ctx context.Context, l Locker) error {
+	var t pairTimes
+	if err := pair(ctx, l, &t); err != nil {
+		return err
+	}
+	h.lock.Record(t.lock)
+	h.unlock.Record(t.unlock)
+	h.pair.Record(t.lock + t.unlock)
+	return nil
+}
+
+func (h latencyHistograms) summary() Latency {
+	return Latency{Lock: h.lock.Summary(), Unlock: h.unlock.Summary(), Pair: h.pair.Summary()}
+}
+
+// warmUp runs n unmeasured Lock+Unlock pairs of l.
+func warmUp(ctx context.Context, l Locker, n int) error {
+	for range n {
+		if err := pair(ctx, l, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pairTimes is how long one Lock and the Unlock after it took.
