@@ -102,9 +102,22 @@ func (r *report) boundNote(what, kind string) string {
 				peers = append(peers, fmt.Sprintf("%s %s/s", p.Name, fmtInt(int64(spreadBy(pm, func(x manyRound) float64 { return x.Throughput }).med))))
 			}
 		}
-		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
+		bare := ""
+		if len(r.ManyBare) > 0 {
+			bc, bs, bcl := per(r.ManyBare)
+			rate := func(rounds []manyRound) float64 {
+				return spreadBy(rounds, func(x manyRound) float64 { return x.Throughput }).med
+			}
+			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits.",
+				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl))
+		}
+		prof := ""
+		if p := r.manyProfile(kind); p != "" {
+			prof = " Client CPU profile of the first round: " + p + "."
+		}
+		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s%s%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
 			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
-			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow, strings.Join(peers, "; "))
+			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow, bare, prof, strings.Join(peers, "; "))
 	case "queue":
 		return "" // one note for all operations: see bounds
 	case "waiters":
@@ -132,12 +145,13 @@ func (r *report) boundNote(what, kind string) string {
 		}
 		uc := r.uncontendedCosts()
 		run := uc[kind].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med
-		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). Two empty scripts in the same turns: %s. Peers: %s.",
+		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s. Peers: %s.",
 			kind, q, fmtDur(pair(u)),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
 			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
 			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pick(uncontendedRound{Interleaved: &x}, q) }).cell(fmtDur),
+			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pick(uncontendedRound{Interleaved: &x}, q) }).cell(fmtDur),
 			strings.Join(peers, "; "))
 	}
 	return ""
@@ -172,24 +186,42 @@ func (r *report) scriptsPerAcq(kind string) string {
 // profileLine summarises the CPU profile of a lock's first FIFO run.
 func (r *report) profileLine(kind string) string {
 	for _, f := range r.FIFO[kind] {
-		p := f.Profile
-		if p == nil {
-			continue
+		if f.Profile != nil {
+			return profileText(f.Profile)
 		}
-		share := func(xs []profileShare, n int) string {
-			var parts []string
-			for i, x := range xs {
-				if i == n {
-					break
-				}
-				parts = append(parts, fmt.Sprintf("%s %s", x.Name, fmtPct(x.Share)))
-			}
-			return strings.Join(parts, ", ")
-		}
-		return fmt.Sprintf("by package (own time): %s; most own time: %s; most time in library code, callees included: %s",
-			share(p.Packages, 6), share(p.Functions, 6), share(p.Cum, 6))
 	}
 	return ""
+}
+
+// manyProfile is the client CPU profile of kind's first many-locks round
+// (bareName: the bare scripts'), or "".
+func (r *report) manyProfile(kind string) string {
+	rounds := r.Many[kind]
+	if kind == bareName {
+		rounds = r.ManyBare
+	}
+	for _, m := range rounds {
+		if m.Profile != nil {
+			return profileText(m.Profile)
+		}
+	}
+	return ""
+}
+
+// profileText summarises a CPU profile in one line.
+func profileText(p *profileSummary) string {
+	share := func(xs []profileShare, n int) string {
+		var parts []string
+		for i, x := range xs {
+			if i == n {
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %s", x.Name, fmtPct(x.Share)))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("by package (own time): %s; most own time: %s; most time in library code, callees included: %s",
+		share(p.Packages, 6), share(p.Functions, 6), share(p.Cum, 6))
 }
 
 func pick(u uncontendedRound, q string) time.Duration {

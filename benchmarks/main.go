@@ -30,6 +30,7 @@ func main() {
 		cluster = flag.Bool("cluster", false, "run the cluster benchmark instead (a 3-primary cluster with replicas and a standalone server): writes its section of the report, -cluster-chart and -cluster-json")
 		cchart  = flag.String("cluster-chart", "benchmarks/cluster.svg", "the cluster benchmark's chart (SVG)")
 		cjson   = flag.String("cluster-json", "benchmarks/cluster.json", "the cluster benchmark's raw figures; a run of the other benchmarks keeps the report's cluster section from them")
+		scripts = flag.String("scripts", "lock/internal/wire/scripts", "the lock package's Lua scripts, sent bare beside the locks (the many-locks and uncontended bounds)")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -56,7 +57,7 @@ func main() {
 		if *quick {
 			set = quickSettings
 		}
-		err = run(ctx, set, *binary, *out, *chart, *raw)
+		err = run(ctx, set, *binary, *scripts, *out, *chart, *raw)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
@@ -68,7 +69,7 @@ func logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 }
 
-func run(ctx context.Context, set settings, binary, out, chart, raw string) error {
+func run(ctx context.Context, set settings, binary, scriptsDir, out, chart, raw string) error {
 	start := time.Now()
 	res := newResults(set)
 	res.Meta = collectMeta(ctx, start)
@@ -84,7 +85,7 @@ func run(ctx context.Context, set settings, binary, out, chart, raw string) erro
 	defer srv.stop()
 	res.Meta.Redis = srv.version
 	logf("redis-server %s at %s; %d rounds; GOMAXPROCS %d", srv.version, srv.addr, set.Rounds, runtime.GOMAXPROCS(0))
-	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf, profiled: map[string]bool{}}
+	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf, profiled: map[string]bool{}, scriptsDir: scriptsDir}
 	for _, k := range b.kinds {
 		res.Kinds = append(res.Kinds, kindInfo{Name: k.name, Module: k.module, Version: moduleVersion(k.module), Settings: k.settings, Fairlock: k.fairlock})
 	}
@@ -176,11 +177,12 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		res.Ping = append(res.Ping, pingRound{RTT: lockbench.Summarize(rtt)})
 	}
 	logf("round %d: uncontended, every lock in turn", round)
-	lat, floor, err := b.uncontendedInterleaved(ctx)
+	lat, floor, bare, err := b.uncontendedInterleaved(ctx)
 	if err != nil {
 		fail("uncontended, interleaved", err)
 	} else {
 		res.UncontendedFloor = append(res.UncontendedFloor, floor)
+		res.UncontendedBare = append(res.UncontendedBare, bare)
 	}
 	for _, k := range b.kinds {
 		logf("round %d: uncontended: %s", round, k.name)
@@ -236,13 +238,22 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		if ctx.Err() != nil {
 			return
 		}
-		r, err := b.manyLocks(ctx, k)
+		first := len(res.Many[k.name]) == 0
+		r, err := b.manyLocks(ctx, k, first && (k.fairlock || k.name == reference))
 		if err != nil {
 			fail("many locks "+k.name, err)
 			continue
 		}
 		logf("round %d: many locks: %-16s %8.0f/s, Lock p99 %v", round, k.name, r.Throughput, r.Lock.P99)
 		res.Many[k.name] = append(res.Many[k.name], r)
+	}
+	if ctx.Err() == nil {
+		if r, err := b.manyBare(ctx, len(res.ManyBare) == 0); err != nil {
+			fail("many locks, "+bareName, err)
+		} else {
+			logf("round %d: many locks: %s: %8.0f/s, Lock p99 %v", round, bareName, r.Throughput, r.Lock.P99)
+			res.ManyBare = append(res.ManyBare, r)
+		}
 	}
 	for _, k := range b.kinds {
 		if !k.fairlock || ctx.Err() != nil {

@@ -28,7 +28,7 @@ func TestQuickRun(t *testing.T) {
 	out, chart, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "contention.svg"), filepath.Join(dir, "results.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := run(ctx, quickSettings, binary, out, chart, raw); err != nil {
+	if err := run(ctx, quickSettings, binary, "../lock/internal/wire/scripts", out, chart, raw); err != nil {
 		t.Fatal(err)
 	}
 	var res results
@@ -41,6 +41,17 @@ func TestQuickRun(t *testing.T) {
 	}
 	if len(res.Errors) > 0 {
 		t.Errorf("errors during the run: %q", res.Errors)
+	}
+	if len(res.ManyBare) != quickSettings.Rounds || len(res.UncontendedBare) != quickSettings.Rounds {
+		t.Errorf("%s: %d many-locks rounds, %d uncontended", bareName, len(res.ManyBare), len(res.UncontendedBare))
+	}
+	for _, m := range res.ManyBare {
+		if c := m.PerPair; m.Acquisitions == 0 || c.ServerCPU <= 0 || c.Scripts < 2 || c.Writes <= 0 {
+			t.Errorf("%s: many-locks %d pairs, cost per pair %+v", bareName, m.Acquisitions, c)
+		}
+	}
+	if len(res.ManyBare) > 0 && (res.ManyBare[0].Profile == nil || res.Many[lockKinds()[0].name][0].Profile == nil) {
+		t.Errorf("many locks, first round: no client CPU profile of %s or %s", bareName, lockKinds()[0].name)
 	}
 	for _, k := range lockKinds() {
 		if len(res.Uncontended[k.name]) != quickSettings.Rounds || len(res.Many[k.name]) != quickSettings.Rounds || len(res.Idle[k.name]) != quickSettings.Rounds {

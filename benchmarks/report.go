@@ -434,6 +434,14 @@ func (r *report) uncontended() {
 			f(func(x lockbench.Latency) time.Duration { return x.Pair.P50 }), f(func(x lockbench.Latency) time.Duration { return x.Pair.P99 }))
 		r.p("")
 	}
+	if len(r.UncontendedBare) > 0 {
+		f := func(g func(lockbench.Latency) time.Duration) string {
+			return durSpread(r.UncontendedBare, g).cell(fmtDur)
+		}
+		r.p("%s: fairlock's own acquire and unlock scripts, the same Lua as the lock package runs (checked against its digests), sent by a bare rueidis client with the defaults, with no lock package around them (no owner state, watchdog, retries or timers), in the same turns: pair p50 %s, p99 %s. Between the floor and this line is what the scripts themselves cost; between this line and fairlock/rueidis, what the lock package's client path costs.",
+			bareName, f(func(x lockbench.Latency) time.Duration { return x.Pair.P50 }), f(func(x lockbench.Latency) time.Duration { return x.Pair.P99 }))
+		r.p("")
+	}
 	r.p("Latency: every lock's client open, the locks taking turns, %d pairs each per turn after one unmeasured pair, the order of the locks rotating by one each round of turns, until each has made the pairs of the round, so that the machine's speed drifting during the round (on this shared 2-core machine it does, by tens of percent within minutes) slows them alike. All locks share this process, so one lock's garbage may be collected during another's turn. \"Alone\": as many pairs again, timed in the lock's own window below (a new client, a new lock name), one lock after the other, as runs before this one measured latency.", uncontendedBlock)
 	r.p("")
 	r.p("### What a pair costs")
@@ -642,11 +650,45 @@ func (r *report) manyLocks() {
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
 	}
+	names, costs := r.kindNames(), r.manyCosts()
+	if m := r.ManyBare; len(m) > 0 {
+		t.row(bareName,
+			spreadBy(m, func(x manyRound) float64 { return x.Throughput }).cell(fmtRate),
+			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
+			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
+			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
+		names = append(names, bareName)
+		for k, v := range costsBy(map[string][]manyRound{bareName: m}, manyRound.cost) {
+			costs[k] = v
+		}
+	}
 	r.p("")
+	if len(r.ManyBare) > 0 {
+		r.p("%s: fairlock's own acquire and unlock scripts sent by a bare rueidis client, with no lock package (as in section 1), each worker's Lock trying a held lock again at once (the acquire in TryLock's mode, which never queues): what the scripts allow here. Not a lock to use: a worker that finds the lock held spins.", bareName)
+		r.p("")
+	}
 	r.p("What a pair (an acquisition) costs here, measured as in section 1 over the whole run, its drain included:")
 	r.p("")
-	costTable(&r.b, r.kindNames(), r.manyCosts(), reference)
+	costTable(&r.b, names, costs, reference)
 	r.p("")
+	var profiles []string
+	var order []string
+	for _, k := range r.fairlocks() {
+		order = append(order, k.Name)
+	}
+	for _, name := range append(order, reference, bareName) {
+		if p := r.manyProfile(name); p != "" {
+			profiles = append(profiles, fmt.Sprintf("- %s: %s", name, p))
+		}
+	}
+	if len(profiles) > 0 {
+		r.p("Where this process's CPU went, first round (runtime/pprof over the measured run):")
+		r.p("")
+		for _, p := range profiles {
+			r.p("%s", p)
+		}
+		r.p("")
+	}
 	r.p("Writes per pair by command (first round):")
 	r.p("")
 	for _, k := range r.Kinds {

@@ -22,15 +22,21 @@ type results struct {
 	Uncontended map[string][]uncontendedRound `json:"uncontended"`
 	// UncontendedFloor is scenario 1's floor in each round: two empty
 	// scripts (emptyScripts), timed in the same turns as the locks.
-	UncontendedFloor []lockbench.Latency                 `json:"uncontended_floor,omitempty"`
-	Contended        map[string]map[int][]contendedRound `json:"contended"`
-	FIFO             map[string][]contendedRound         `json:"fifo"`
-	Idle             map[string][]idleRound              `json:"idle_handover"`
-	Many             map[string][]manyRound              `json:"many_locks"`
-	ManySlow         map[string][]slowCalls              `json:"many_locks_observed"`
-	Queue            []queueRound                        `json:"queue_scaling"`
-	Waiters          map[string][]waitersRound           `json:"idle_waiters"`
-	Errors           []string                            `json:"errors"`
+	UncontendedFloor []lockbench.Latency `json:"uncontended_floor,omitempty"`
+	// UncontendedBare is fairlock's own two scripts sent without the lock
+	// package (bareScripts) in each round, timed in the same turns.
+	UncontendedBare []lockbench.Latency                 `json:"uncontended_bare,omitempty"`
+	Contended       map[string]map[int][]contendedRound `json:"contended"`
+	FIFO            map[string][]contendedRound         `json:"fifo"`
+	Idle            map[string][]idleRound              `json:"idle_handover"`
+	Many            map[string][]manyRound              `json:"many_locks"`
+	ManySlow        map[string][]slowCalls              `json:"many_locks_observed"`
+	// ManyBare is scenario 4 with fairlock's own two scripts sent without
+	// the lock package (bareScripts), in each round.
+	ManyBare []manyRound               `json:"many_locks_bare,omitempty"`
+	Queue    []queueRound              `json:"queue_scaling"`
+	Waiters  map[string][]waitersRound `json:"idle_waiters"`
+	Errors   []string                  `json:"errors"`
 }
 
 func newResults(set settings) *results {

@@ -80,6 +80,8 @@ type bench struct {
 	seq      int               // makes every lock name unique
 	profiled map[string]bool   // FIFO runs already profiled, by lock
 	scripts  map[string]string // fairlock's scripts by SHA-1 prefix (calibrateScripts)
+	// scriptsDir holds the Lua of lock/internal/wire (bareScripts).
+	scriptsDir string
 }
 
 func (b *bench) lockName(scenario string) string {
@@ -122,34 +124,41 @@ const uncontendedBlock = 100
 // uncontendedInterleaved measures scenario 1's latency with every lock's
 // client open and the locks taking turns, uncontendedBlock pairs each, so
 // that a drift of the machine's speed during the round slows them alike.
-// It returns the latencies by lock name, and the floor's (emptyScripts),
-// which takes its turns too.
-func (b *bench) uncontendedInterleaved(ctx context.Context) (map[string]lockbench.Latency, lockbench.Latency, error) {
+// It returns the latencies by lock name, the floor's (emptyScripts) and
+// those of fairlock's scripts sent bare (bareScripts), which take their
+// turns too.
+func (b *bench) uncontendedInterleaved(ctx context.Context) (map[string]lockbench.Latency, lockbench.Latency, lockbench.Latency, error) {
 	lockers := make([]lockbench.Locker, len(b.kinds))
 	for i, k := range b.kinds {
 		c, err := k.connect(b.srv.addr, connOpts{})
 		if err != nil {
-			return nil, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+			return nil, lockbench.Latency{}, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
 		}
 		defer c.close()
 		if lockers[i], err = c.locker(b.lockName("uncontended")); err != nil {
-			return nil, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+			return nil, lockbench.Latency{}, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
 		}
 	}
+	none := lockbench.Latency{}
 	floor, closeFloor, err := emptyScripts(ctx, b.srv.addr)
 	if err != nil {
-		return nil, lockbench.Latency{}, err
+		return nil, none, none, err
 	}
 	defer closeFloor()
-	lat, err := lockbench.UncontendedInterleaved(ctx, append(lockers, floor), b.set.UncontendedOps, uncontendedBlock, 50)
+	bare, err := openBareScripts(b.srv.addr, b.scriptsDir)
 	if err != nil {
-		return nil, lockbench.Latency{}, err
+		return nil, none, none, err
+	}
+	defer bare.close()
+	lat, err := lockbench.UncontendedInterleaved(ctx, append(lockers, floor, bare.locker(b.lockName("uncontended-bare"))), b.set.UncontendedOps, uncontendedBlock, 50)
+	if err != nil {
+		return nil, none, none, err
 	}
 	out := make(map[string]lockbench.Latency, len(b.kinds))
 	for i, k := range b.kinds {
 		out[k.name] = lat[i]
 	}
-	return out, lat[len(b.kinds)], nil
+	return out, lat[len(b.kinds)], lat[len(b.kinds)+1], nil
 }
 
 // emptyScripts is the floor of scenario 1, a Locker that locks nothing:
@@ -419,6 +428,9 @@ type manyRound struct {
 	Allocs       uint64            `json:"allocs"` // this process over the window (runtime.MemStats); 0: not measured
 	Bytes        uint64            `json:"bytes"`
 	PerPair      pairCost          `json:"per_pair"`
+	// Profile is where this process's CPU went in the run (first round;
+	// fairlock's locks, the reference and the bare scripts), nil otherwise.
+	Profile *profileSummary `json:"profile,omitempty"`
 }
 
 // cost is the round's cost per Lock+Unlock pair (per acquisition).
@@ -448,15 +460,32 @@ func (b *bench) manySlow(ctx context.Context, k lockKind) (slowCalls, error) {
 	return describeSlow(rec.all(), 10*time.Millisecond), nil
 }
 
-func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
-	var r manyRound
+func (b *bench) manyLocks(ctx context.Context, k lockKind, profile bool) (manyRound, error) {
 	c, err := k.connect(b.srv.addr, connOpts{})
 	if err != nil {
-		return r, err
+		return manyRound{}, err
 	}
 	defer c.close()
 	prefix := b.lockName("many")
-	newLocker := func(_, k int) (lockbench.Locker, error) { return c.locker(fmt.Sprintf("%s:%d", prefix, k)) }
+	return b.manyRun(ctx, func(_, k int) (lockbench.Locker, error) { return c.locker(fmt.Sprintf("%s:%d", prefix, k)) }, profile)
+}
+
+// manyBare is scenario 4 with fairlock's own scripts sent bare
+// (bareScripts).
+func (b *bench) manyBare(ctx context.Context, profile bool) (manyRound, error) {
+	s, err := openBareScripts(b.srv.addr, b.scriptsDir)
+	if err != nil {
+		return manyRound{}, err
+	}
+	defer s.close()
+	prefix := b.lockName("many-bare")
+	return b.manyRun(ctx, func(_, k int) (lockbench.Locker, error) { return s.locker(fmt.Sprintf("%s:%d", prefix, k)), nil }, profile)
+}
+
+// manyRun runs scenario 4 on the lockers newLocker makes, after a short
+// warm-up on them, with this process's CPU profiled when profile is set.
+func (b *bench) manyRun(ctx context.Context, newLocker func(w, k int) (lockbench.Locker, error), profile bool) (manyRound, error) {
+	var r manyRound
 	// Warm-up: a short run on the same client.
 	if _, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Acquisitions: 200, Duration: time.Second}); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
@@ -465,15 +494,27 @@ func (b *bench) manyLocks(ctx context.Context, k lockKind) (manyRound, error) {
 	if err != nil {
 		return r, err
 	}
+	var stopProfile func() (*profileSummary, error)
+	if profile {
+		if stopProfile, err = startProfile(); err != nil {
+			return r, err
+		}
+	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	run, err := lockbench.ManyLocks(ctx, newLocker, lockbench.Spread{
 		Workers: b.set.ManyWorkers, Locks: b.set.ManyLocks, Duration: b.set.ManyFor, Drain: b.set.Drain,
 	})
+	runtime.ReadMemStats(&after)
+	if stopProfile != nil {
+		p, perr := stopProfile()
+		if err == nil {
+			r.Profile, err = p, perr
+		}
+	}
 	if err != nil {
 		return r, err
 	}
-	runtime.ReadMemStats(&after)
 	u, err := m.end(ctx)
 	if err != nil {
 		return r, err
