@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -26,6 +27,7 @@ type Client struct {
 	scripts *wire.Scripts
 
 	nextOwner  atomic.Int64
+	requests   requestIDs   // names unlock latches
 	noKeyWatch atomic.Bool  // the backend said it cannot watch keys
 	memory     memoryPolicy // the server's memory policy, as last read (X18)
 
@@ -87,6 +89,10 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: client id: %w", err)
 	}
+	var requestPrefix [8]byte
+	if _, err := rand.Read(requestPrefix[:]); err != nil {
+		return nil, fmt.Errorf("lock: request ids: %w", err)
+	}
 	scripts := wire.NewScripts()
 	if err := cfg.settle(b, scripts); err != nil {
 		return nil, err
@@ -101,6 +107,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		byHash:  make(map[string][]*Hold),
 		closing: make(chan struct{}),
 	}
+	c.requests.prefix = requestPrefix
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
 	c.watches = startHashWatches(c)
@@ -303,12 +310,23 @@ func newUUID() (string, error) {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
 }
 
-// newRequestID returns 16 random bytes, an unlock's request ID (sent in
-// hex, as Redisson's).
-func newRequestID() ([16]byte, error) {
-	var b [16]byte
-	_, err := rand.Read(b[:])
-	return b, err
+// requestIDs names a client's unlock requests, 16 bytes each (sent in hex,
+// as Redisson's request IDs): 8 random bytes drawn when the client starts,
+// then a count of the client's requests. A request ID only has to differ
+// from every other release's of the same lock while its latch lives, a
+// few seconds; this needs no random bytes, and no system call, per
+// Unlock.
+type requestIDs struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+// next returns a request ID no earlier call returned.
+func (r *requestIDs) next() [16]byte {
+	var id [16]byte
+	copy(id[:8], r.prefix[:])
+	binary.BigEndian.PutUint64(id[8:], r.n.Add(1))
+	return id
 }
 
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled

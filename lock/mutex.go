@@ -351,16 +351,12 @@ func releaseResult(r observe.ReleaseResult, err error, notHeld bool) observe.Rel
 // finds the count already taken down. It returns the count left (-1: not
 // held) and when the request that answered was sent.
 func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration) (int, time.Time, error) {
-	reqID, err := newRequestID()
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: reqID}
+	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: m.c.requests.next()}
 	wctx, cancel := context.WithTimeout(ctx, unlockRetryWindow)
 	defer cancel()
 	retry := newRetrier(m.c.closing)
 	left, sent := 0, time.Time{}
-	err = retry.do(wctx, func() error {
+	err := retry.do(wctx, func() error {
 		sent = time.Now()
 		call := req.Call(m.c.scripts, m.keys)
 		rep, err := m.c.b.Eval(wctx, call.Script, call.Keys, call.Args)

@@ -62,6 +62,11 @@ func Derive(name string) (Keys, bool) {
 		Channel:  prefixName(channelPrefix, name),
 		Latch:    prefixName(latchPrefix, name),
 	}
+	// A name without braces is every derived key's hash tag, and the lock
+	// hash, the name itself, hashes whole: one slot by construction.
+	if !strings.ContainsAny(name, "{}") {
+		return k, true
+	}
 	// Every key must hash to the lock hash's slot. Comparing one derived
 	// key is not enough: with an empty tag ("{}" when the name starts
 	// with "}") each derived key hashes whole, and one may match by chance

@@ -1,6 +1,11 @@
 package wire
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fairlock/fairlock/backend"
+)
 
 func TestDeriveRedissonNames(t *testing.T) {
 	k, ok := Derive("orders")
@@ -41,6 +46,34 @@ func TestDeriveRejectsEmptyTag(t *testing.T) {
 	for _, name := range []string{"}", "}orders", "}\xbd\xbd\x94\xf6\x1c\xf6\x1c\x01\aQ]\x01\aQ]"} {
 		if _, ok := Derive(name); ok {
 			t.Errorf("Derive(%q) accepted a name whose keys span slots", name)
+		}
+	}
+}
+
+// TestDeriveNamesWithoutBraces checks the claim Derive takes without
+// hashing: a name with no brace puts every key in the lock hash's slot.
+func TestDeriveNamesWithoutBraces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		b := make([]byte, 1+rng.IntN(40))
+		for j := range b {
+			if b[j] = byte(rng.IntN(256)); b[j] == '{' || b[j] == '}' {
+				b[j] = 'x'
+			}
+		}
+		name := string(b)
+		if i == 0 {
+			name = "orders:42"
+		}
+		k, ok := Derive(name)
+		if !ok {
+			t.Fatalf("Derive(%q) rejected a name without braces", name)
+		}
+		slot := backend.Slot(k.Hash)
+		for _, key := range []string{k.Queue, k.Timeouts, k.Alive, k.Token, k.Latch + ":x", k.Channel + ":x"} {
+			if backend.Slot(key) != slot {
+				t.Fatalf("Derive(%q): %q is in slot %d, the hash in %d", name, key, backend.Slot(key), slot)
+			}
 		}
 	}
 }
