@@ -27,9 +27,10 @@ type Client struct {
 	scripts *wire.Scripts
 
 	nextOwner  atomic.Int64
-	requests   requestIDs   // names unlock latches
-	noKeyWatch atomic.Bool  // the backend said it cannot watch keys
-	memory     memoryPolicy // the server's memory policy, as last read (X18)
+	requests   requestIDs         // names unlock latches
+	keyWatcher backend.KeyWatcher // the backend's, nil when it has none
+	noKeyWatch atomic.Bool        // the backend said it cannot watch keys
+	memory     memoryPolicy       // the server's memory policy, as last read (X18)
 
 	mu     sync.Mutex
 	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
@@ -97,6 +98,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if err := cfg.settle(b, scripts); err != nil {
 		return nil, err
 	}
+	kw, _ := b.(backend.KeyWatcher)
 	c := &Client{
 		b:       b,
 		id:      id,
@@ -106,8 +108,10 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		holds:   make(map[*Hold]holdRef),
 		byHash:  make(map[string][]*Hold),
 		closing: make(chan struct{}),
+
+		requests:   requestIDs{prefix: requestPrefix},
+		keyWatcher: kw,
 	}
-	c.requests.prefix = requestPrefix
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
 	c.watches = startHashWatches(c)
@@ -296,6 +300,15 @@ func (c *Client) untrack(h *Hold) {
 		}
 		c.releaseLocked(ref.o)
 	}
+}
+
+// watcher returns the backend's KeyWatcher, or nil when it has none or
+// has said it cannot watch keys.
+func (c *Client) watcher() backend.KeyWatcher {
+	if c.noKeyWatch.Load() {
+		return nil
+	}
+	return c.keyWatcher
 }
 
 // newUUID returns a random (version 4) UUID from crypto/rand.

@@ -100,7 +100,7 @@ func (hw *hashWatch) end() {
 func (w *hashWatches) held(hash string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.c.b.(backend.KeyWatcher); w.closed || w.byHash[hash] != nil || !ok || w.c.noKeyWatch.Load() {
+	if w.closed || w.byHash[hash] != nil || w.c.watcher() == nil {
 		return
 	}
 	w.byHash[hash] = &hashWatch{since: time.Now()}
@@ -125,8 +125,8 @@ func (w *hashWatches) startDue() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.arming = false
-	kw, ok := w.c.b.(backend.KeyWatcher)
-	if w.closed || !ok || w.c.noKeyWatch.Load() {
+	kw := w.c.watcher()
+	if w.closed || kw == nil {
 		return
 	}
 	now := time.Now()

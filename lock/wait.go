@@ -485,8 +485,8 @@ func (w *keyWatch) idle() bool { return w.sub == nil && w.arming == nil }
 // subscription connection that stalls, only costs the early wake-up,
 // never the wait or the heartbeat (X2).
 func (w *keyWatch) arm(ctx context.Context, m *Mutex) {
-	kw, ok := m.c.b.(backend.KeyWatcher)
-	if !w.idle() || !ok || m.c.noKeyWatch.Load() {
+	kw := m.c.watcher()
+	if !w.idle() || kw == nil {
 		return
 	}
 	key := m.keys.Hash

@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "17f18a1ffa530539efeefe459c07985e0bccd411",
-	"delete":           "3ea156ea4915da9378fd119c52d4dc5f9fd19cc1",
+	"acquire":          "6d629e407a3bbd91b0576c39f0845e9932ee28b3",
+	"delete":           "37c985529e410a49c7aecabfafad2a3db9c1d227",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "178d48dc7d9893d14935d137e14e49a8326f1dbb",
-	"inspect":          "c5d9ec1f701ee9126cc84b1513107ad3af38ff73",
-	"leave":            "882f4c20f2430658af948c09c25e80768bc4d619",
-	"prune":            "1041f7c809f5cbb90d730a6dbe4db42e2dc1903a",
+	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",
+	"inspect":          "df8cf262ec32eaddcc35be557de3b1a1e374fed3",
+	"leave":            "93d9fb11d5bdc6456cfbddc797a371a202e6d8b5",
+	"prune":            "f0ddaa9d91a76b33a46d5e68d2240c78df436549",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "d7eed705dc9420d5d51fc08d16c636d8b3e12ae9",
+	"renew":            "9932da9f0947181fce3322661d4b1902cc91cdae",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "cee59b275b5bfb67776639f38299a3d88f390ca6",
+	"unlock":           "5290640cfac1436d5929657f8b57ef0fa96c538c",
 }

@@ -1,9 +1,10 @@
 -- base.lua: the definitions that come first in every fair-lock script (see
 -- scripts.go), before a script's fast path (acquire_fast.lua,
 -- unlock_fast.lua) and before prelude.lua: the server's clock, the
--- fencing-token counter and the publish-permission check. A fast path runs only these and its own few
--- commands, and returns before prelude.lua's helpers are defined: each of
--- them is a closure made anew at every run.
+-- fencing-token counter and the publish-permission check. A fast path
+-- runs only these and its own few commands, and returns before
+-- prelude.lua's helpers are defined: each of them is a closure made anew
+-- at every run.
 --
 -- Time comes from the server (X1): server_now is Redis' own clock in
 -- milliseconds, never a client's, read once per script run and only when
@@ -58,7 +59,6 @@ local function next_token(token_key, lease)
   redis.call('set', token_key, token_read, 'px', lease + token_keep)
   return token
 end
-
 
 -- refused returns the NOPERM error reply a script must return before it
 -- writes anything when its user may not publish what the lock publishes:
