@@ -99,15 +99,13 @@ func (r *report) boundNote(what, kind string) string {
 		var peers []string
 		for _, p := range r.peers() {
 			if pm := r.Many[p.Name]; len(pm) > 0 {
-				peers = append(peers, fmt.Sprintf("%s %s/s", p.Name, fmtInt(int64(spreadBy(pm, func(x manyRound) float64 { return x.Throughput }).med))))
+				peers = append(peers, fmt.Sprintf("%s %s/s", p.Name, fmtInt(int64(manyThroughput(pm).med))))
 			}
 		}
 		bare := ""
 		if len(r.ManyBare) > 0 {
 			bc, bs, bcl := per(r.ManyBare)
-			rate := func(rounds []manyRound) float64 {
-				return spreadBy(rounds, func(x manyRound) float64 { return x.Throughput }).med
-			}
+			rate := func(rounds []manyRound) float64 { return manyThroughput(rounds).med }
 			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits.",
 				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl))
 		}
@@ -150,8 +148,8 @@ func (r *report) boundNote(what, kind string) string {
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
 			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
-			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pick(uncontendedRound{Interleaved: &x}, q) }).cell(fmtDur),
-			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pick(uncontendedRound{Interleaved: &x}, q) }).cell(fmtDur),
+			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
+			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
 			strings.Join(peers, "; "))
 	}
 	return ""
@@ -224,11 +222,14 @@ func profileText(p *profileSummary) string {
 		share(p.Packages, 6), share(p.Functions, 6), share(p.Cum, 6))
 }
 
-func pick(u uncontendedRound, q string) time.Duration {
+func pick(u uncontendedRound, q string) time.Duration { return pickLatency(u.latency(), q) }
+
+// pickLatency is l's pair p99 when q is "p99", else its pair p50.
+func pickLatency(l lockbench.Latency, q string) time.Duration {
 	if q == "p99" {
-		return u.latency().Pair.P99
+		return l.Pair.P99
 	}
-	return u.latency().Pair.P50
+	return l.Pair.P50
 }
 
 // cpuVerdict says whether the cores were the limit: ours is the server's

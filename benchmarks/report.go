@@ -321,10 +321,10 @@ func (r *report) targets() {
 	// retired (issue 22): the Redisson layout bounds the count, and the
 	// server CPU per pair below is the measure.
 	refMany := r.Many[reference]
-	rt := spreadBy(refMany, func(m manyRound) float64 { return m.Throughput })
+	rt := manyThroughput(refMany)
 	rp := durSpread(refMany, func(m manyRound) time.Duration { return m.Lock.P99 })
 	for _, k := range r.fairlocks() {
-		s := spreadBy(r.Many[k.Name], func(m manyRound) float64 { return m.Throughput })
+		s := manyThroughput(r.Many[k.Name])
 		ok := s.n > 0 && rt.n > 0 && s.med >= 0.85*rt.med
 		t.row(fmt.Sprintf("%d goroutines / %s names: acquisitions/s >= 0.85x %s's", r.Settings.ManyWorkers, fmtInt(int64(r.Settings.ManyLocks)), reference), k.Name,
 			fmt.Sprintf("%s vs %s: %s", s.cell(fmtRate), rt.cell(fmtRate), fmtRatio(s.med/rt.med)), yesNo(ok))
@@ -427,19 +427,14 @@ func (r *report) uncontended() {
 	}
 	r.p("")
 	if len(r.UncontendedFloor) > 0 {
-		f := func(g func(lockbench.Latency) time.Duration) string {
-			return durSpread(r.UncontendedFloor, g).cell(fmtDur)
-		}
-		r.p("The floor, two empty scripts (EVALSHA of `return 1`, one for Lock and one for Unlock, on a rueidis client with the defaults) taking their turns with the locks: pair p50 %s, p99 %s. It is what any lock that runs one script to lock and another to unlock pays before its scripts do anything.",
-			f(func(x lockbench.Latency) time.Duration { return x.Pair.P50 }), f(func(x lockbench.Latency) time.Duration { return x.Pair.P99 }))
+		p50, p99 := pairCells(r.UncontendedFloor)
+		r.p("The floor, two empty scripts (EVALSHA of `return 1`, one for Lock and one for Unlock, on a rueidis client with the defaults) taking their turns with the locks: pair p50 %s, p99 %s. It is what any lock that runs one script to lock and another to unlock pays before its scripts do anything.", p50, p99)
 		r.p("")
 	}
 	if len(r.UncontendedBare) > 0 {
-		f := func(g func(lockbench.Latency) time.Duration) string {
-			return durSpread(r.UncontendedBare, g).cell(fmtDur)
-		}
+		p50, p99 := pairCells(r.UncontendedBare)
 		r.p("%s: fairlock's own acquire and unlock scripts, the same Lua as the lock package runs (checked against its digests), sent by a bare rueidis client with the defaults, with no lock package around them (no owner state, watchdog, retries or timers), in the same turns: pair p50 %s, p99 %s. Between the floor and this line is what the scripts themselves cost; between this line and fairlock/rueidis, what the lock package's client path costs.",
-			bareName, f(func(x lockbench.Latency) time.Duration { return x.Pair.P50 }), f(func(x lockbench.Latency) time.Duration { return x.Pair.P99 }))
+			bareName, p50, p99)
 		r.p("")
 	}
 	r.p("Latency: every lock's client open, the locks taking turns, %d pairs each per turn after one unmeasured pair, the order of the locks rotating by one each round of turns, until each has made the pairs of the round, so that the machine's speed drifting during the round (on this shared 2-core machine it does, by tens of percent within minutes) slows them alike. All locks share this process, so one lock's garbage may be collected during another's turn. \"Alone\": as many pairs again, timed in the lock's own window below (a new client, a new lock name), one lock after the other, as runs before this one measured latency.", uncontendedBlock)
@@ -472,6 +467,17 @@ func (r *report) kindNames() []string {
 // uncontendedCosts are the pair costs of scenario 1, by lock.
 func (r *report) uncontendedCosts() map[string]costs {
 	return costsBy(r.Uncontended, func(u uncontendedRound) pairCost { return u.cost(r.Settings.UncontendedOps) })
+}
+
+// manyThroughput is the acquisitions/s of scenario 4's rounds.
+func manyThroughput(rounds []manyRound) spread {
+	return spreadBy(rounds, func(m manyRound) float64 { return m.Throughput })
+}
+
+// pairCells are the pair p50 and p99 of rounds, as table cells.
+func pairCells(rounds []lockbench.Latency) (p50, p99 string) {
+	return durSpread(rounds, func(x lockbench.Latency) time.Duration { return x.Pair.P50 }).cell(fmtDur),
+		durSpread(rounds, func(x lockbench.Latency) time.Duration { return x.Pair.P99 }).cell(fmtDur)
 }
 
 // manyCosts are the pair costs of scenario 4, by lock.
@@ -642,21 +648,18 @@ func (r *report) manyLocks() {
 	r.p("## 4. Many locks: %d goroutines over %s lock names, one client", r.Settings.ManyWorkers, fmtInt(int64(r.Settings.ManyLocks)))
 	r.p("")
 	t := newTable(&r.b, "lock", "acquisitions/s", "Lock p50", "Lock p99", "Lock max")
-	for _, k := range r.Kinds {
-		m := r.Many[k.Name]
-		t.row(k.Name,
-			spreadBy(m, func(x manyRound) float64 { return x.Throughput }).cell(fmtRate),
+	row := func(name string, m []manyRound) {
+		t.row(name, manyThroughput(m).cell(fmtRate),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
 			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
 	}
+	for _, k := range r.Kinds {
+		row(k.Name, r.Many[k.Name])
+	}
 	names, costs := r.kindNames(), r.manyCosts()
 	if m := r.ManyBare; len(m) > 0 {
-		t.row(bareName,
-			spreadBy(m, func(x manyRound) float64 { return x.Throughput }).cell(fmtRate),
-			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P50 }).cell(fmtDur),
-			durSpread(m, func(x manyRound) time.Duration { return x.Lock.P99 }).cell(fmtDur),
-			durSpread(m, func(x manyRound) time.Duration { return x.Lock.Max }).cell(fmtDur))
+		row(bareName, m)
 		names = append(names, bareName)
 		for k, v := range costsBy(map[string][]manyRound{bareName: m}, manyRound.cost) {
 			costs[k] = v
