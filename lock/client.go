@@ -40,7 +40,8 @@ type Client struct {
 	// the lock (a slice, not a set: a new one costs one allocation, not
 	// two).
 	byHash map[string][]*Hold
-	parked int // owners with a parked subscription (park.go)
+	wakes  localWakes // heads told when a hold of this client on their lock ends (localwake.go)
+	parked int        // owners with a parked subscription (park.go)
 	closed bool
 
 	closing chan struct{}  // closed by Close: waiting calls stop
@@ -108,6 +109,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		holds:   make(map[*Hold]holdRef),
 		byHash:  make(map[string][]*Hold),
 		closing: make(chan struct{}),
+		wakes:   localWakes{heads: make(map[string][]chan struct{})},
 
 		requests:   requestIDs{prefix: requestPrefix},
 		keyWatcher: kw,
@@ -286,7 +288,8 @@ func (c *Client) liveHolds() []*Hold {
 	return hs
 }
 
-// untrack forgets a hold that ended.
+// untrack forgets a hold that ended, and wakes this client's heads
+// waiting on its lock (localwake.go).
 func (c *Client) untrack(h *Hold) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,6 +301,7 @@ func (c *Client) untrack(h *Hold) {
 			delete(c.byHash, ref.m.keys.Hash)
 			c.watches.released(ref.m.keys.Hash)
 		}
+		c.holdEndedOnLocked(ref.m.keys.Hash)
 		c.releaseLocked(ref.o)
 	}
 }

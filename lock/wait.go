@@ -35,9 +35,11 @@ type waiter struct {
 	subbing *background           // its Subscribe in flight (startSubscribe)
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
-	lastAck time.Time // send time of the latest attempt that queued the owner
-	ackedAt int64     // the server's time (µs) when that attempt ran
-	headAt  time.Time // when this call learnt the owner is first in line
+	lastAck time.Time     // send time of the latest attempt that queued the owner
+	ackedAt int64         // the server's time (µs) when that attempt ran
+	headAt  time.Time     // when this call learnt the owner is first in line
+	sentSeq uint64        // the client's hold ends (endSeq) when the latest attempt was sent
+	local   chan struct{} // wakes the head when a hold of this client on the lock ends (localwake.go)
 }
 
 // run makes the call: attempts until the lock is granted, the call gives
@@ -49,6 +51,9 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 		w.sub = c.takeParked(w.o)
 	}
 	h, err := w.loop(ctx)
+	if w.local != nil {
+		c.stopAwaiting(w.m.keys.Hash, w.local)
+	}
 	w.stopSubscribing()
 	if w.sub != nil {
 		c.park(w.o, w.sub)
@@ -84,6 +89,9 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 		}
 		if r.Head {
 			w.becameHead()
+			if w.awaitHolder() {
+				continue // a local hold on the lock ended meanwhile: its wake-up went to nobody
+			}
 		} else {
 			w.notHead()
 		}
@@ -120,6 +128,7 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 	w.call.Retry = false
 	err := w.retry.do(ctx, func() (err error) {
 		w.call.View, w.call.HoldLease = w.o.attemptView()
+		w.sentSeq = w.m.c.endSeq()
 		sent = time.Now()
 		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
 		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
@@ -331,6 +340,30 @@ func (w *waiter) becameHead() {
 	}
 }
 
+// awaitHolder has the head told when a hold of this client on the lock
+// ends (localwake.go) while it is not subscribed yet: when the holder
+// shares the client, its release usually comes before the head's
+// subscription does. It reports whether one ended after the attempt that
+// made the owner the head was sent; the caller attempts again at once
+// then. Once per call.
+func (w *waiter) awaitHolder() bool {
+	if w.local != nil || w.sub != nil {
+		return false // registered already, or subscribed: the message comes
+	}
+	w.local = make(chan struct{}, 1)
+	return w.m.c.awaitLocal(w.m.keys.Hash, w.local, w.sentSeq)
+}
+
+// localWake returns the channel of the head's local wake-ups, or nil
+// (blocks forever) once it is subscribed: then the release's own message
+// comes, and may hand the lock over without a round trip.
+func (w *waiter) localWake() <-chan struct{} {
+	if w.sub != nil {
+		return nil
+	}
+	return w.local
+}
+
 // notHead notes that the owner is not first in line (any more: dropped as
 // dead and queued again at the tail), so it stops watching the lock hash.
 func (w *waiter) notHead() {
@@ -376,6 +409,8 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 			end = earliest(end, time.Now().Add(msg.TTL))
 		case e := <-w.watch.events():
 			return w.keyChanged(e), nil
+		case <-w.localWake():
+			return wire.Message{}, nil // a hold of this client on the lock ended: attempt
 		case r := <-w.subbing.result():
 			if ok, err := w.subscribed(ctx, r); ok || err != nil {
 				return wire.Message{}, err

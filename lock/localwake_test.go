@@ -1,0 +1,251 @@
+package lock
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// stalledWakeUps is a backend on which the waiters' SUBSCRIBEs to a lock's
+// wake-up channels never complete (until their context ends), and which
+// can hold back the reply to one owner's first acquire attempt: the reply
+// is let through when release is closed, after held is closed.
+type stalledWakeUps struct {
+	backend.Backend
+	channels string // the lock's channel prefix: Subscribes to it stall
+
+	owner   string // whose first acquire reply is held back ("": none)
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *stalledWakeUps) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
+	if strings.HasPrefix(channel, b.channels) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return b.Backend.Subscribe(ctx, channel)
+}
+
+func (b *stalledWakeUps) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	if s.Name == "acquire" && b.owner != "" && args[0] == b.owner {
+		b.once.Do(func() {
+			close(b.held)
+			<-b.release // the reply's late arrival, ordered by the test
+		})
+	}
+	return rep, err
+}
+
+// localWakeClient returns a client on srv whose waiters on lock name never
+// get their wake-up subscriptions, and a waiter timeout of a minute: a head
+// would attempt again only after 20 s (its heartbeat) unless woken
+// otherwise.
+func localWakeClient(t *testing.T, srv *redistest.Server, name string) (*Client, *stalledWakeUps) {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	b := &stalledWakeUps{Backend: rueidisbackend.New(rc), channels: "redisson_lock__channel:{" + name + "}"}
+	c, err := NewClient(b, WithWaiterTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, b
+}
+
+// TestLocalWake_HeadOfTheSameClient: when the holder and the head of the
+// queue share a client, the holder's Unlock wakes the head in the process:
+// it is granted the lock at once, although its subscription to the
+// wake-up channel never completes (without the local wake-up it would wait
+// for its heartbeat, 20 s here).
+func TestLocalWake_HeadOfTheSameClient(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "local-wake"
+	c, _ := localWakeClient(t, srv, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx)
+		got <- err
+	}()
+	awaitQueue(t, srv, name, 1)
+	released := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter's Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head was not granted within 5 s of the Unlock of a holder of its own client")
+	}
+	t.Logf("granted %v after the holder's Unlock returned, with its subscription stalled", time.Since(released))
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLocalWake_ReleaseBeforeTheHeadKnew: the holder's release runs, and
+// its Unlock returns, while the reply that makes the other owner the head
+// is still on its way: the wake-up found nobody registered. The head
+// learns of it when it registers, and attempts at once.
+func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "local-wake-late"
+	c, b := localWakeClient(t, srv, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	b.owner, b.held, b.release = waiter.Owner(), make(chan struct{}), make(chan struct{})
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx)
+		got <- err
+	}()
+	select {
+	case <-b.held: // the waiter's attempt ran: it is queued, and does not know yet
+	case <-ctx.Done():
+		t.Fatal("the waiter's first attempt never ran")
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(b.release)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter's Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head was not granted within 5 s: the release it missed was not noticed")
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	left := len(c.wakes.heads)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d locks still have heads registered after every call ended", left)
+	}
+}
+
+func mustMutex(t *testing.T, c *Client, name string) *Mutex {
+	t.Helper()
+	m, err := c.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// awaitQueue polls (bounded) until lock name's queue holds n entries.
+func awaitQueue(t *testing.T, srv *redistest.Server, name string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got, _ := srv.Do(t, "LLEN", "redisson_lock_queue:{"+name+"}").(int64); got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue of %q did not reach %d entries within 5 s", name, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// countedAcquires counts one owner's acquire attempts.
+type countedAcquires struct {
+	backend.Backend
+	owner string
+	n     atomic.Int64
+}
+
+func (b *countedAcquires) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if s.Name == "acquire" && args[0] == b.owner {
+		defer b.n.Add(1) // counted once its reply is in
+	}
+	return b.Backend.Eval(ctx, s, keys, args)
+}
+
+// TestLocalWake_SubscribedHeadTakesTheMessage: a head that is subscribed
+// already is not woken in the process: the release's own message hands
+// the lock over without a round trip, and a local wake-up racing it would
+// cost an attempt.
+func TestLocalWake_SubscribedHeadTakesTheMessage(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "local-wake-subscribed"
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	b := &countedAcquires{Backend: rueidisbackend.New(rc)}
+	c, err := NewClient(b, WithWaiterTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	b.owner = waiter.Owner()
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx)
+		got <- err
+	}()
+	// Queued, subscribed, and checked again after the subscription: two
+	// attempts, then it sleeps until a wake-up.
+	deadline := time.Now().Add(5 * time.Second)
+	for b.n.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter made %d attempts in 5 s, want 2 (queued, then the check after subscribing)", b.n.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter's Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscribed head was not granted within 5 s of the Unlock")
+	}
+	if n := b.n.Load(); n != 2 {
+		t.Errorf("the head made %d acquire attempts, want 2: the hand-over message should have granted it, with no attempt after the Unlock", n)
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
