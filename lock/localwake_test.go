@@ -249,3 +249,52 @@ func TestLocalWake_SubscribedHeadTakesTheMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLocalWake_HeadSubscribesWhileTheLocalHoldLasts: a head that put off
+// its subscription because another owner of its client holds the lock
+// subscribes all the same once that hold outlasts localSubscribeDelay, and
+// is then woken by a message like any head: here, another client's
+// ForceUnlock ends the hold and publishes on the head's channel.
+func TestLocalWake_HeadSubscribesWhileTheLocalHoldLasts(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "local-wake-long-hold"
+	c, _ := localWakeClient(t, srv, "not-"+name) // nothing stalls on this lock
+	other, _ := localWakeClient(t, srv, "not-"+name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx)
+		got <- err
+	}()
+	awaitQueue(t, srv, name, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, _ := srv.Do(t, "PUBSUB", "NUMSUB", waiter.channel).([]any)
+		if len(n) == 2 && n[1] == int64(1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head did not subscribe to %s within 5 s while the local hold lasted (PUBSUB NUMSUB: %v)", waiter.channel, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if released, err := mustMutex(t, other, name).ForceUnlock(ctx); err != nil || !released {
+		t.Fatalf("ForceUnlock = (%v, %v), want (true, nil)", released, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter's Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head was not granted within 5 s of the ForceUnlock")
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

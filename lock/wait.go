@@ -35,11 +35,14 @@ type waiter struct {
 	subbing *background           // its Subscribe in flight (startSubscribe)
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
-	lastAck time.Time     // send time of the latest attempt that queued the owner
-	ackedAt int64         // the server's time (µs) when that attempt ran
-	headAt  time.Time     // when this call learnt the owner is first in line
-	sentSeq uint64        // the client's hold ends (endSeq) when the latest attempt was sent
-	local   chan struct{} // wakes the head when a hold of this client on the lock ends (localwake.go)
+	lastAck time.Time // send time of the latest attempt that queued the owner
+	ackedAt int64     // the server's time (µs) when that attempt ran
+	headAt  time.Time // when this call learnt the owner is first in line
+	sentSeq uint64    // the client's hold ends (endSeq) when the latest attempt was sent
+	// subscribeAt: when to subscribe, if the head still waits then (zero:
+	// at once); set while another owner of the client holds the lock.
+	subscribeAt time.Time
+	local       chan struct{} // wakes the head when a hold of this client on the lock ends (localwake.go)
 }
 
 // run makes the call: attempts until the lock is granted, the call gives
@@ -84,9 +87,6 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			return nil, ErrNotAcquired
 		}
 		w.noteQueued(r.Position)
-		if w.sub == nil && w.subbing == nil {
-			w.startSubscribe(ctx)
-		}
 		if r.Head {
 			w.becameHead()
 			if w.awaitHolder() {
@@ -94,6 +94,9 @@ func (w *waiter) loop(ctx context.Context) (*Hold, error) {
 			}
 		} else {
 			w.notHead()
+		}
+		if w.sub == nil && w.subbing == nil && w.subscribeAt.IsZero() {
+			w.startSubscribe(ctx)
 		}
 		g, err := w.sleep(ctx, r.Hint)
 		if err != nil {
@@ -343,15 +346,20 @@ func (w *waiter) becameHead() {
 // awaitHolder has the head told when a hold of this client on the lock
 // ends (localwake.go) while it is not subscribed yet: when the holder
 // shares the client, its release usually comes before the head's
-// subscription does. It reports whether one ended after the attempt that
+// subscription would. It reports whether one ended after the attempt that
 // made the owner the head was sent; the caller attempts again at once
-// then. Once per call.
+// then. While another owner of the client holds the lock, the head
+// subscribes only localSubscribeDelay later (subscribeAt). Once per call.
 func (w *waiter) awaitHolder() bool {
 	if w.local != nil || w.sub != nil {
 		return false // registered already, or subscribed: the message comes
 	}
 	w.local = make(chan struct{}, 1)
-	return w.m.c.awaitLocal(w.m.keys.Hash, w.local, w.sentSeq)
+	ended, heldHere := w.m.c.awaitLocal(w.m.keys.Hash, w.local, w.sentSeq, w.o)
+	if heldHere && w.subbing == nil {
+		w.subscribeAt = time.Now().Add(localSubscribeDelay)
+	}
+	return ended
 }
 
 // localWake returns the channel of the head's local wake-ups, or nil
@@ -381,13 +389,23 @@ func (w *waiter) notHead() {
 // wake-up). The subscription and the watch are made beside the sleep
 // (background.go), whose timer runs meanwhile, whatever the subscription
 // connection does (X2); a subscription confirmed ends the sleep, for an
-// attempt (startSubscribe). Since Go 1.23 Reset also discards a tick
-// nobody received.
+// attempt (startSubscribe). A head that put off its subscription
+// (subscribeAt) starts it when due, and until then wakes at a local
+// wake-up (localwake.go). Since Go 1.23 Reset also discards a tick nobody
+// received.
 func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, error) {
 	end := time.Now().Add(max(hint, time.Millisecond))
 	tried := false
 	for {
 		wake := end
+		if !w.subscribeAt.IsZero() {
+			if !time.Now().Before(w.subscribeAt) {
+				w.subscribeAt = time.Time{}
+				w.startSubscribe(ctx)
+			} else {
+				wake = earliest(wake, w.subscribeAt)
+			}
+		}
 		if !tried && !w.headAt.IsZero() && w.sub != nil && w.watch.idle() {
 			armAt := w.headAt.Add(watchDelay)
 			if !time.Now().Before(armAt) {
