@@ -76,30 +76,18 @@ func TestLocalWake_HeadOfTheSameClient(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "local-wake"
 	c, _ := localWakeClient(t, srv, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
 	if _, err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx)
-		got <- err
-	}()
+	got := lockInBackground(ctx, waiter)
 	awaitQueue(t, srv, name, 1)
 	released := time.Now()
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter's Lock: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not granted within 5 s of the Unlock of a holder of its own client")
-	}
+	mustBeGranted(t, got, "the head, after the Unlock of a holder of its own client")
 	t.Logf("granted %v after the holder's Unlock returned, with its subscription stalled", time.Since(released))
 	if err := waiter.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -114,18 +102,13 @@ func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "local-wake-late"
 	c, b := localWakeClient(t, srv, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
 	b.owner, b.held, b.release = waiter.Owner(), make(chan struct{}), make(chan struct{})
 	if _, err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx)
-		got <- err
-	}()
+	got := lockInBackground(ctx, waiter)
 	select {
 	case <-b.held: // the waiter's attempt ran: it is queued, and does not know yet
 	case <-ctx.Done():
@@ -135,14 +118,7 @@ func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(b.release)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter's Lock: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not granted within 5 s: the release it missed was not noticed")
-	}
+	mustBeGranted(t, got, "the head, after a release it missed (not noticed)")
 	if err := waiter.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -210,18 +186,13 @@ func TestLocalWake_SubscribedHeadTakesTheMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
 	b.owner = waiter.Owner()
 	if _, err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx)
-		got <- err
-	}()
+	got := lockInBackground(ctx, waiter)
 	// Queued, subscribed, and checked again after the subscription: two
 	// attempts, then it sleeps until a wake-up.
 	deadline := time.Now().Add(5 * time.Second)
@@ -234,14 +205,7 @@ func TestLocalWake_SubscribedHeadTakesTheMessage(t *testing.T) {
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter's Lock: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the subscribed head was not granted within 5 s of the Unlock")
-	}
+	mustBeGranted(t, got, "the subscribed head, after the Unlock")
 	if n := b.n.Load(); n != 2 {
 		t.Errorf("the head made %d acquire attempts, want 2: the hand-over message should have granted it, with no attempt after the Unlock", n)
 	}
@@ -260,17 +224,12 @@ func TestLocalWake_HeadSubscribesWhileTheLocalHoldLasts(t *testing.T) {
 	const name = "local-wake-long-hold"
 	c, _ := localWakeClient(t, srv, "not-"+name) // nothing stalls on this lock
 	other, _ := localWakeClient(t, srv, "not-"+name)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
 	if _, err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx)
-		got <- err
-	}()
+	got := lockInBackground(ctx, waiter)
 	awaitQueue(t, srv, name, 1)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -286,15 +245,39 @@ func TestLocalWake_HeadSubscribesWhileTheLocalHoldLasts(t *testing.T) {
 	if released, err := mustMutex(t, other, name).ForceUnlock(ctx); err != nil || !released {
 		t.Fatalf("ForceUnlock = (%v, %v), want (true, nil)", released, err)
 	}
+	mustBeGranted(t, got, "the head, after the ForceUnlock")
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testContext is a context that ends with the test, or after 15 s.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// lockInBackground runs m.Lock in a goroutine and sends its error.
+func lockInBackground(ctx context.Context, m *Mutex) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx)
+		got <- err
+	}()
+	return got
+}
+
+// mustBeGranted fails the test unless the Lock whose error got sends
+// succeeds within 5 s; who names the waiter and what it waited for.
+func mustBeGranted(t *testing.T, got <-chan error, who string) {
+	t.Helper()
 	select {
 	case err := <-got:
 		if err != nil {
 			t.Fatalf("waiter's Lock: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not granted within 5 s of the ForceUnlock")
-	}
-	if err := waiter.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: not granted within 5 s", who)
 	}
 }
