@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,12 +54,7 @@ func (b *stalledWakeUps) Eval(ctx context.Context, s *backend.Script, keys, args
 // otherwise.
 func localWakeClient(t *testing.T, srv *redistest.Server, name string) (*Client, *stalledWakeUps) {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	b := &stalledWakeUps{Backend: rueidisbackend.New(rc), channels: "redisson_lock__channel:{" + name + "}"}
+	b := &stalledWakeUps{Backend: rueidisOn(t, srv), channels: "redisson_lock__channel:{" + name + "}"}
 	c, err := NewClient(b, WithWaiterTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -76,11 +72,7 @@ func TestLocalWake_HeadOfTheSameClient(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "local-wake"
 	c, _ := localWakeClient(t, srv, name)
-	ctx := testContext(t)
-	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
-	if _, err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, holder, waiter := lockedBy(t, c, name)
 	got := lockInBackground(ctx, waiter)
 	awaitQueue(t, srv, name, 1)
 	released := time.Now()
@@ -102,12 +94,8 @@ func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "local-wake-late"
 	c, b := localWakeClient(t, srv, name)
-	ctx := testContext(t)
-	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	ctx, holder, waiter := lockedBy(t, c, name)
 	b.owner, b.held, b.release = waiter.Owner(), make(chan struct{}), make(chan struct{})
-	if _, err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
 	got := lockInBackground(ctx, waiter)
 	select {
 	case <-b.held: // the waiter's attempt ran: it is queued, and does not know yet
@@ -130,28 +118,37 @@ func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
 	}
 }
 
-func mustMutex(t *testing.T, c *Client, name string) *Mutex {
+// rueidisOn returns a rueidis backend on srv, closed with the test.
+func rueidisOn(t *testing.T, srv *redistest.Server) backend.Backend {
 	t.Helper()
-	m, err := c.NewMutex(name)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	t.Cleanup(rc.Close)
+	return rueidisbackend.New(rc)
 }
 
-// awaitQueue polls (bounded) until lock name's queue holds n entries.
+// lockedBy returns two owners of lock name on c, the first holding it,
+// and a context that ends with the test, or after 15 s.
+func lockedBy(t *testing.T, c *Client, name string) (ctx context.Context, holder, waiter *Mutex) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	holder, waiter = newTestMutex(t, c, name), newTestMutex(t, c, name)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, holder, waiter
+}
+
+// awaitQueue waits (bounded) until lock name's queue holds n entries.
 func awaitQueue(t *testing.T, srv *redistest.Server, name string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if got, _ := srv.Do(t, "LLEN", "redisson_lock_queue:{"+name+"}").(int64); got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the queue of %q did not reach %d entries within 5 s", name, n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+	redistest.Eventually(t, 5*time.Second, fmt.Sprintf("%d entries in the queue of %q", n, name), func() bool {
+		got, _ := srv.Do(t, "LLEN", "redisson_lock_queue:{"+name+"}").(int64)
+		return got == n
+	})
 }
 
 // countedAcquires counts one owner's acquire attempts.
@@ -175,33 +172,18 @@ func (b *countedAcquires) Eval(ctx context.Context, s *backend.Script, keys, arg
 func TestLocalWake_SubscribedHeadTakesTheMessage(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "local-wake-subscribed"
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	b := &countedAcquires{Backend: rueidisbackend.New(rc)}
+	b := &countedAcquires{Backend: rueidisOn(t, srv)}
 	c, err := NewClient(b, WithWaiterTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := testContext(t)
-	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
+	ctx, holder, waiter := lockedBy(t, c, name)
 	b.owner = waiter.Owner()
-	if _, err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
 	got := lockInBackground(ctx, waiter)
 	// Queued, subscribed, and checked again after the subscription: two
 	// attempts, then it sleeps until a wake-up.
-	deadline := time.Now().Add(5 * time.Second)
-	for b.n.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter made %d attempts in 5 s, want 2 (queued, then the check after subscribing)", b.n.Load())
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+	redistest.Eventually(t, 5*time.Second, "the waiter's two attempts (queued, then the check after subscribing)", func() bool { return b.n.Load() >= 2 })
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -224,38 +206,20 @@ func TestLocalWake_HeadSubscribesWhileTheLocalHoldLasts(t *testing.T) {
 	const name = "local-wake-long-hold"
 	c, _ := localWakeClient(t, srv, "not-"+name) // nothing stalls on this lock
 	other, _ := localWakeClient(t, srv, "not-"+name)
-	ctx := testContext(t)
-	holder, waiter := mustMutex(t, c, name), mustMutex(t, c, name)
-	if _, err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, waiter := lockedBy(t, c, name)
 	got := lockInBackground(ctx, waiter)
 	awaitQueue(t, srv, name, 1)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	redistest.Eventually(t, 5*time.Second, "the head's subscription to "+waiter.channel+" while the local hold lasts", func() bool {
 		n, _ := srv.Do(t, "PUBSUB", "NUMSUB", waiter.channel).([]any)
-		if len(n) == 2 && n[1] == int64(1) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the head did not subscribe to %s within 5 s while the local hold lasted (PUBSUB NUMSUB: %v)", waiter.channel, n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
-	if released, err := mustMutex(t, other, name).ForceUnlock(ctx); err != nil || !released {
+		return len(n) == 2 && n[1] == int64(1)
+	})
+	if released, err := newTestMutex(t, other, name).ForceUnlock(ctx); err != nil || !released {
 		t.Fatalf("ForceUnlock = (%v, %v), want (true, nil)", released, err)
 	}
 	mustBeGranted(t, got, "the head, after the ForceUnlock")
 	if err := waiter.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// testContext is a context that ends with the test, or after 15 s.
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // lockInBackground runs m.Lock in a goroutine and sends its error.
