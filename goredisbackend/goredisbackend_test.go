@@ -119,6 +119,22 @@ func TestScriptsAreNeverRetried(t *testing.T) {
 			_, err := b.Eval(ctx, slowScript, []string{key}, nil)
 			return err
 		}},
+		{"Eval combined", func(key string) error {
+			// Another script on its way: this one waits and goes out in a
+			// pipeline.
+			first := make(chan error, 1)
+			go func() {
+				_, err := b.Eval(ctx, slowScript, []string{key + ":first"}, nil)
+				first <- err
+			}()
+			redistest.Eventually(t, 10*time.Second, "the first script on its way", func() bool { return goredisbackend.SentAlone(b) == 1 })
+			_, err := b.Eval(ctx, slowScript, []string{key}, nil)
+			if n := runs(key + ":first"); n != "1" {
+				t.Errorf("the script sent alone ran %s times, want 1", n)
+			}
+			<-first
+			return err
+		}},
 		{"EvalBatch", func(key string) error {
 			return b.EvalBatch(ctx, []backend.Call{{Script: slowScript, Keys: []string{key}}})[0].Err
 		}},
