@@ -2,6 +2,7 @@ package goredisbackend
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,10 +23,17 @@ import (
 // Limits of the combining.
 const (
 	// maxBatches is how many pipelines of combined scripts may be on their
-	// way at once; further scripts wait for one of them to come back.
+	// way at once, not counting stalled ones; further scripts wait for one
+	// of them to come back.
 	maxBatches = 2
 	// maxBatch is the most scripts one pipeline carries.
 	maxBatch = 128
+	// stallAfter is how long a pipeline may be on its way before it no
+	// longer counts towards maxBatches, so that scripts waiting behind
+	// pipelines stuck on dead connections (a silently dropped one taken
+	// from the pool, say) go out on others. A round trip under load takes
+	// a few milliseconds.
+	stallAfter = 100 * time.Millisecond
 )
 
 // combiner runs scripts one at a time (one) when nothing else is on its
@@ -33,13 +41,15 @@ const (
 // owns its queue and its counts; the goroutines that send batches run only
 // while scripts wait.
 type combiner struct {
-	one   func(context.Context, backend.Call) backend.Result
-	batch func(context.Context, []backend.Call) []backend.Result
+	one        func(context.Context, backend.Call) backend.Result
+	batch      func(context.Context, []backend.Call) []backend.Result
+	stallAfter time.Duration // stallAfter, but for tests
 
 	mu      sync.Mutex
 	queue   []*pending // waiting, oldest first
 	alone   int        // scripts sent alone and not yet answered
 	senders int        // goroutines sending batches
+	counted int        // those of them counted against maxBatches: not stalled
 }
 
 // pending is one script waiting to be combined, then its outcome.
@@ -49,6 +59,12 @@ type pending struct {
 	sent bool           // taken into a batch (guarded by combiner.mu)
 	res  backend.Result // the outcome, once done is closed
 	done chan struct{}
+}
+
+// outbound is one batch on its way; combiner.mu guards its fields.
+type outbound struct {
+	back    bool // the batch came back
+	stalled bool // it stalled first: its sender no longer counts
 }
 
 // eval runs call, alone when nothing else is on its way, else combined
@@ -68,10 +84,7 @@ func (c *combiner) eval(ctx context.Context, call backend.Call) backend.Result {
 	}
 	p := &pending{ctx: ctx, call: call, done: make(chan struct{})}
 	c.queue = append(c.queue, p)
-	if c.senders < maxBatches {
-		c.senders++
-		go c.send()
-	}
+	c.startSender()
 	c.mu.Unlock()
 	select {
 	case <-p.done:
@@ -89,6 +102,16 @@ func (c *combiner) eval(ctx context.Context, call backend.Call) backend.Result {
 	}
 }
 
+// startSender starts a sender when scripts wait and fewer than maxBatches
+// senders count. Callers hold c.mu.
+func (c *combiner) startSender() {
+	if len(c.queue) > 0 && c.counted < maxBatches {
+		c.senders++
+		c.counted++
+		go c.send()
+	}
+}
+
 // withdraw takes p out of the queue unless a batch has taken it, and
 // reports whether it did.
 func (c *combiner) withdraw(p *pending) bool {
@@ -97,11 +120,8 @@ func (c *combiner) withdraw(p *pending) bool {
 	if p.sent {
 		return false
 	}
-	for i, q := range c.queue {
-		if q == p {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
-			break
-		}
+	if i := slices.Index(c.queue, p); i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
 	}
 	return true
 }
@@ -113,6 +133,8 @@ func (c *combiner) send() {
 		if waiting == nil {
 			return
 		}
+		out := &outbound{}
+		stall := time.AfterFunc(c.stallAfter, func() { c.stalled(out) })
 		ctx, cancel := batchContext(waiting)
 		calls := make([]backend.Call, len(waiting))
 		for i, p := range waiting {
@@ -120,9 +142,13 @@ func (c *combiner) send() {
 		}
 		results := c.batch(ctx, calls)
 		cancel()
+		stall.Stop()
 		for i, p := range waiting {
 			p.res = results[i]
 			close(p.done)
+		}
+		if !c.comeBack(out) {
+			return
 		}
 	}
 }
@@ -135,15 +161,46 @@ func (c *combiner) take() []*pending {
 	n := min(len(c.queue), maxBatch)
 	if n == 0 {
 		c.senders--
+		c.counted--
 		return nil
 	}
-	waiting := make([]*pending, n)
-	copy(waiting, c.queue)
-	c.queue = append(c.queue[:0], c.queue[n:]...)
+	waiting := slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
 	for _, p := range waiting {
 		p.sent = true
 	}
 	return waiting
+}
+
+// stalled stops counting the sender of out, unless out came back first,
+// and lets another sender take the waiting scripts.
+func (c *combiner) stalled(out *outbound) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if out.back {
+		return
+	}
+	out.stalled = true
+	c.counted--
+	c.startSender()
+}
+
+// comeBack records that out came back, and reports whether its sender goes
+// on: a sender that stalled counts again only if there is room, else it
+// ends.
+func (c *combiner) comeBack(out *outbound) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out.back = true
+	if !out.stalled {
+		return true
+	}
+	if c.counted >= maxBatches {
+		c.senders--
+		return false
+	}
+	c.counted++
+	return true
 }
 
 // batchContext returns the context a batch of waiting runs with: the

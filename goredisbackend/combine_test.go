@@ -51,7 +51,11 @@ func (f *fakeRunner) batch(ctx context.Context, calls []backend.Call) []backend.
 	return out
 }
 
-func (f *fakeRunner) combiner() *combiner { return &combiner{one: f.one, batch: f.batch} }
+// combiner returns a combiner over f whose batches stall only after a
+// minute, longer than any of these tests.
+func (f *fakeRunner) combiner() *combiner {
+	return &combiner{one: f.one, batch: f.batch, stallAfter: time.Minute}
+}
 
 func (f *fakeRunner) sent() (alone []string, batches [][]string) {
 	f.mu.Lock()
@@ -60,6 +64,7 @@ func (f *fakeRunner) sent() (alone []string, batches [][]string) {
 }
 
 // state returns how many scripts wait in c's queue and how many senders run.
+// (The stall test below reads c.counted too.)
 func (c *combiner) state() (queued, senders int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -242,4 +247,42 @@ func TestBatchContext(t *testing.T) {
 	if ctx.Value(key{}) != "span" || ctx.Err() != nil {
 		t.Errorf("value %v, error %v: want the oldest caller's values, not its cancellation", ctx.Value(key{}), ctx.Err())
 	}
+}
+
+// Scripts waiting behind batches that stall (on dead connections, say) go
+// out in a batch of their own once the others have been on their way for
+// stallAfter; when the stalled batches come back, their senders end rather
+// than exceed maxBatches.
+func TestCombineStalled(t *testing.T) {
+	f := newFake()
+	c := f.combiner()
+	c.stallAfter = 20 * time.Millisecond
+	ctx := context.Background()
+	first := evalAsync(ctx, c, 0)
+	until(t, "the first script on its way", func() bool { a, _ := f.sent(); return len(a) == 1 })
+	var res []<-chan backend.Result
+	for id := 1; id <= 2; id++ {
+		res = append(res, evalAsync(ctx, c, id))
+		until(t, "a batch on its way", func() bool { _, b := f.sent(); return len(b) == id })
+	}
+	// Both batches held: after stallAfter they stop counting, and this
+	// script goes out in a third batch instead of waiting for them.
+	res = append(res, evalAsync(ctx, c, 3))
+	until(t, "a third batch despite the two on their way", func() bool { _, b := f.sent(); return len(b) == 3 })
+	c.mu.Lock()
+	senders, counted := c.senders, c.counted
+	c.mu.Unlock()
+	if senders != 3 || counted > maxBatches {
+		t.Errorf("%d senders of which %d counted; want 3, at most %d counted", senders, counted, maxBatches)
+	}
+	close(f.release)
+	wantReply(t, first, 0)
+	for i, r := range res {
+		wantReply(t, r, i+1)
+	}
+	until(t, "the senders to end", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.senders == 0 && c.counted == 0 && len(c.queue) == 0
+	})
 }

@@ -42,7 +42,9 @@
 // once only when no other Eval of the Backend is on its way. A script that
 // starts while one is waits, and the scripts that gathered meanwhile go
 // out together as one pipeline (EvalBatch: at most 128 scripts, at most 2
-// such pipelines on their way at once), as rueidis and valkey-go pipeline
+// such pipelines on their way at once, not counting one that has been on
+// its way for over 100 ms - so scripts waiting behind a pipeline stuck on
+// a dead connection go out on another), as rueidis and valkey-go pipeline
 // by themselves. An uncontended lock waits for nobody. In the benchmark
 // of 64 goroutines over 1,024 locks this doubled the pairs a second and
 // halved the client's and the server's CPU per pair (BENCHMARKS.md).
@@ -172,7 +174,7 @@ var (
 // the client.
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
-	b.scripts = &combiner{one: b.evalOne, batch: b.EvalBatch}
+	b.scripts = &combiner{one: b.evalOne, batch: b.EvalBatch, stallAfter: stallAfter}
 	b.hub = pubsub.NewHub(b.dial)
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		b.cluster = cc
