@@ -98,6 +98,20 @@ func wantReply(t *testing.T, res <-chan backend.Result, id int) {
 	}
 }
 
+// wantCanceled checks that the call behind res, whose context was
+// cancelled, returns at once with context.Canceled.
+func wantCanceled(t *testing.T, res <-chan backend.Result, what string) {
+	t.Helper()
+	select {
+	case r := <-res:
+		if !errors.Is(r.Err, context.Canceled) {
+			t.Fatalf("%s: error %v, want context.Canceled", what, r.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return", what)
+	}
+}
+
 // A script started while nothing else is on its way runs alone, on the
 // caller's goroutine, and starts no sender.
 func TestCombineAloneWhenIdle(t *testing.T) {
@@ -170,14 +184,7 @@ func TestCombineWithdrawn(t *testing.T) {
 	withdrawn := evalAsync(ctx, c, 3)
 	until(t, "a script queued", func() bool { q, _ := c.state(); return q == 1 })
 	cancel()
-	select {
-	case r := <-withdrawn:
-		if !errors.Is(r.Err, context.Canceled) {
-			t.Fatalf("withdrawn call: error %v, want context.Canceled", r.Err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a cancelled waiting call did not return")
-	}
+	wantCanceled(t, withdrawn, "a cancelled call whose script waits")
 	if q, _ := c.state(); q != 0 {
 		t.Errorf("%d scripts still queued after the withdrawal, want 0", q)
 	}
@@ -206,14 +213,7 @@ func TestCombineAbandoned(t *testing.T) {
 	abandoned := evalAsync(ctx, c, 1)
 	until(t, "its batch on its way", func() bool { _, b := f.sent(); return len(b) == 1 })
 	cancel()
-	select {
-	case r := <-abandoned:
-		if !errors.Is(r.Err, context.Canceled) {
-			t.Fatalf("abandoned call: error %v, want context.Canceled", r.Err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a cancelled call whose batch is on its way did not return")
-	}
+	wantCanceled(t, abandoned, "a cancelled call whose batch is on its way")
 	close(f.release)
 	wantReply(t, first, 0)
 	until(t, "the senders to end", func() bool { _, s := c.state(); return s == 0 })
