@@ -16,9 +16,11 @@ import (
 // write, a read and a server wake-up of its own: under load (many
 // goroutines locking at once) that is most of what a lock costs, on both
 // sides. So Eval sends a script at once only when no other is on its way;
-// otherwise the script waits, and the scripts that gathered meanwhile go
-// out together as one pipeline (EvalBatch), as rueidis and valkey-go
-// pipeline by themselves. An uncontended lock waits for nobody.
+// otherwise the script is queued, and goes out in a pipeline (EvalBatch)
+// with the others queued when that pipeline leaves. With at most two
+// pipelines on their way, the scripts that start meanwhile gather, as
+// rueidis and valkey-go pipeline by themselves. An uncontended lock waits
+// for nobody.
 
 // Limits of the combining.
 const (
@@ -76,11 +78,8 @@ func (c *combiner) eval(ctx context.Context, call backend.Call) backend.Result {
 	if c.alone == 0 && c.senders == 0 {
 		c.alone++
 		c.mu.Unlock()
-		res := c.one(ctx, call)
-		c.mu.Lock()
-		c.alone--
-		c.mu.Unlock()
-		return res
+		defer c.doneAlone()
+		return c.one(ctx, call)
 	}
 	p := &pending{ctx: ctx, call: call, done: make(chan struct{})}
 	c.queue = append(c.queue, p)
@@ -100,6 +99,13 @@ func (c *combiner) eval(ctx context.Context, call backend.Call) backend.Result {
 	default:
 		return backend.Result{Err: ctx.Err()}
 	}
+}
+
+// doneAlone records that a script sent alone was answered.
+func (c *combiner) doneAlone() {
+	c.mu.Lock()
+	c.alone--
+	c.mu.Unlock()
 }
 
 // startSender starts a sender when scripts wait and fewer than maxBatches
@@ -154,10 +160,13 @@ func (c *combiner) send() {
 }
 
 // take removes up to maxBatch waiting scripts from the queue, or, when
-// none wait, ends the sender that calls it (nil).
+// none wait, ends the sender that calls it (nil). Scripts whose context
+// has ended leave the queue unsent: their callers return, or have
+// returned, with the context's error.
 func (c *combiner) take() []*pending {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.queue = slices.DeleteFunc(c.queue, func(p *pending) bool { return p.ctx.Err() != nil })
 	n := min(len(c.queue), maxBatch)
 	if n == 0 {
 		c.senders--

@@ -7,3 +7,6 @@ func SentAlone(b *Backend) int {
 	defer b.scripts.mu.Unlock()
 	return b.scripts.alone
 }
+
+// Combines reports whether b combines scripts (not on a cluster client).
+func Combines(b *Backend) bool { return b.scripts != nil }

@@ -38,26 +38,32 @@
 // go-redis sends each command on a pooled connection of its own and
 // waits for its reply before that connection serves another, so under
 // load (many goroutines locking at once) every script paid a write, a
-// read and a server wake-up of its own. Eval therefore sends a script at
-// once only when no other Eval of the Backend is on its way. A script that
-// starts while one is waits, and the scripts that gathered meanwhile go
-// out together as one pipeline (EvalBatch: at most 128 scripts, at most 2
-// such pipelines on their way at once, not counting one that has been on
-// its way for over 100 ms - so scripts waiting behind a pipeline stuck on
-// a dead connection go out on another), as rueidis and valkey-go pipeline
-// by themselves. An uncontended lock waits for nobody. In the benchmark
-// of 64 goroutines over 1,024 locks this doubled the pairs a second and
+// read and a server wake-up of its own. On a standalone or Sentinel
+// client Eval therefore sends a script at once only when no other Eval of
+// the Backend is on its way; otherwise the script is queued, and goes out
+// in a pipeline (EvalBatch) with the other scripts queued when that
+// pipeline leaves: at most 128 scripts a pipeline, at most 2 pipelines on
+// their way at once, not counting one that has been on its way for over
+// 100 ms, so that scripts queued behind a pipeline stuck on a dead
+// connection go out on another. rueidis and valkey-go pipeline this way
+// by themselves. An uncontended lock waits for nobody. In the benchmark of
+// 64 goroutines over 1,024 locks this doubled the pairs a second and
 // halved the client's and the server's CPU per pair (BENCHMARKS.md).
+// On a cluster client every script goes out alone, as before: a pipeline
+// there spans nodes and returns when the slowest has answered, so one
+// primary failing over would hold up the scripts of every other.
 //
 // A combined script is still never retried (pipelines holding a NoRetry
-// command are not), a MOVED or ASK reply in a cluster pipeline is still
-// followed by go-redis, and a caller whose context ends returns at once:
-// before its script was sent, the script is dropped; after, the reply is
-// abandoned (its outcome unknown, as after a network error). The pipeline
-// itself runs until the latest deadline of its callers, or under go-redis'
-// ReadTimeout and WriteTimeout when one of them has none, with the values
-// of its oldest caller's context: go-redis' hooks see a pipeline there
-// (redisotel: one span, under that caller's span) instead of each command.
+// command are not), and a caller whose context ends returns at once:
+// while its script is queued, the script is dropped (a pipeline leaving
+// also drops the queued scripts whose context has ended); once the
+// pipeline has taken it, the reply is abandoned and the outcome unknown,
+// as after a network error (rueidis and valkey-go do the same with a
+// command still in their queue). The pipeline runs until the latest
+// deadline of its callers, or under go-redis' ReadTimeout and
+// WriteTimeout when one of them has none, with the values of its oldest
+// caller's context: go-redis' hooks see a pipeline there (redisotel: one
+// span, under that caller's span) instead of each command.
 //
 // # Wake-ups
 //
@@ -154,7 +160,7 @@ import (
 // Backend implements backend.Backend on a go-redis client.
 type Backend struct {
 	client  redis.UniversalClient
-	scripts *combiner // Eval's scripts: alone, or combined under load
+	scripts *combiner // Eval's scripts, combined under load; nil on a cluster client
 	owned   bool      // made by Dial: Close closes the client too
 	hub     *pubsub.Hub
 	cluster *redis.ClusterClient // the client, when it is one
@@ -174,11 +180,12 @@ var (
 // the client.
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
-	b.scripts = &combiner{one: b.evalOne, batch: b.EvalBatch, stallAfter: stallAfter}
 	b.hub = pubsub.NewHub(b.dial)
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		b.cluster = cc
 		b.shards = pubsub.NewShardedHub(b.dialNode, b.slotMap)
+	} else {
+		b.scripts = &combiner{one: b.evalOne, batch: b.EvalBatch, stallAfter: stallAfter}
 	}
 	return b
 }
@@ -199,12 +206,18 @@ func Dial(opt *redis.UniversalOptions) *Backend {
 }
 
 // Eval implements backend.Backend: EVALSHA, and EVAL when the server
-// answers NOSCRIPT. Neither is retried by go-redis. A script that starts
-// while another Eval of this Backend is on its way waits, and goes out
-// with the others that started meanwhile as one pipeline (EvalBatch; see
-// the package documentation).
+// answers NOSCRIPT. Neither is retried by go-redis. On a standalone or
+// Sentinel client, a script that starts while another Eval of this Backend
+// is on its way goes out in a pipeline with the others queued (EvalBatch;
+// see the package documentation).
 func (b *Backend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	res := b.scripts.eval(ctx, backend.Call{Script: s, Keys: keys, Args: args})
+	call := backend.Call{Script: s, Keys: keys, Args: args}
+	var res backend.Result
+	if b.scripts == nil {
+		res = b.evalOne(ctx, call)
+	} else {
+		res = b.scripts.eval(ctx, call)
+	}
 	return res.Reply, res.Err
 }
 

@@ -156,6 +156,28 @@ func TestScriptsAreNeverRetried(t *testing.T) {
 	}
 }
 
+// TestCombinesOnlyOffCluster: scripts are combined on standalone and
+// Sentinel clients, never on a cluster client, where a pipeline spans
+// nodes and waits for the slowest. Nothing connects here.
+func TestCombinesOnlyOffCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"standalone", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), true},
+		{"sentinel", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}}), true},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), false},
+	} {
+		b := goredisbackend.New(tc.client)
+		if got := goredisbackend.Combines(b); got != tc.want {
+			t.Errorf("%s: combines %v, want %v", tc.name, got, tc.want)
+		}
+		b.Close()
+		tc.client.Close()
+	}
+}
+
 // TestReplies checks the mapping of replies and errors.
 func TestReplies(t *testing.T) {
 	srv := redistest.Start(t)
