@@ -32,6 +32,9 @@ type Client struct {
 	noKeyWatch atomic.Bool        // the backend said it cannot watch keys
 	memory     memoryPolicy       // the server's memory policy, as last read (X18)
 
+	attemptBound *sharedBound // bounds each acquire attempt (attemptTimeout)
+	unlockBound  *sharedBound // bounds an Unlock's retries (unlockRetryWindow)
+
 	mu     sync.Mutex
 	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
 	holds  map[*Hold]holdRef // live holds, for the watchdog
@@ -113,6 +116,9 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 
 		requests:   requestIDs{prefix: requestPrefix},
 		keyWatcher: kw,
+
+		attemptBound: newSharedBound(attemptTimeout, attemptGrain),
+		unlockBound:  newSharedBound(unlockRetryWindow, unlockRetryGrain),
 	}
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
@@ -189,6 +195,8 @@ func (c *Client) Close() error {
 	c.watches.close()
 	c.dog.close()
 	c.wg.Wait()
+	c.attemptBound.close()
+	c.unlockBound.close()
 	c.mu.Lock()
 	holds := c.holds
 	c.holds = make(map[*Hold]holdRef)

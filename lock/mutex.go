@@ -264,12 +264,13 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 // the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
 // changing nothing, when this owner does not hold the lock.
 //
-// Connection errors are retried with back-off for up to 2 s (within the
-// unlock latch's lifetime, and never applied twice). When Unlock fails all
-// the same, the Hold ends (Err wraps ErrLockLost) and is no longer renewed,
-// so the lock frees itself within one lease whatever happened on the
-// server; when those 2 s ran out before ctx did, Unlock's error wraps
-// ErrLockLost too, and the last connection error.
+// Connection errors are retried with back-off for 2 s (up to 2.2 s when
+// ctx has no cancellation; within the unlock latch's lifetime, and never
+// applied twice). When Unlock fails all the same, the Hold ends (Err wraps
+// ErrLockLost) and is no longer renewed, so the lock frees itself within
+// one lease whatever happened on the server; when those seconds ran out
+// before ctx did, Unlock's error wraps ErrLockLost too, and the last
+// connection error.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
 		if ctx != nil && ctx.Err() != nil {
@@ -352,7 +353,7 @@ func releaseResult(r observe.ReleaseResult, err error, notHeld bool) observe.Rel
 // held) and when the request that answered was sent.
 func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration) (int, time.Time, error) {
 	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: m.c.requests.next()}
-	wctx, cancel := context.WithTimeout(ctx, unlockRetryWindow)
+	wctx, cancel := m.c.unlockWindow(ctx)
 	defer cancel()
 	retry := newRetrier(m.c.closing)
 	left, sent := 0, time.Time{}

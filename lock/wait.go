@@ -16,8 +16,13 @@ import (
 // caller's cancellation: a request abandoned in flight could still reach
 // Redis after the cleanup, and queue (or grant) the owner after its call
 // returned. Cancellation is honoured between attempts, one attempt later
-// at most.
-const attemptTimeout = 5 * time.Second
+// at most. Attempts sent within attemptGrain of each other share one
+// deadline (sharedBound): an attempt ends between attemptTimeout and
+// attemptTimeout+attemptGrain after it was sent.
+const (
+	attemptTimeout = 5 * time.Second
+	attemptGrain   = 500 * time.Millisecond
+)
 
 // waiter is one acquire call: its attempts, its subscription and timers,
 // and its single way out.
@@ -133,7 +138,7 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 		w.call.View, w.call.HoldLease = w.o.attemptView()
 		w.sentSeq = w.m.c.endSeq()
 		sent = time.Now()
-		r, err = w.m.c.evalAcquire(ctx, w.m.keys, w.call)
+		r, err = w.m.c.evalAcquire(ctx, sent, w.m.keys, w.call)
 		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
 		return err
 	})
@@ -497,12 +502,12 @@ func (w *waiter) woke(e backend.Event) {
 	}
 }
 
-// evalAcquire sends one acquire attempt, bounded by attemptTimeout and not
-// by ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
+// evalAcquire sends one acquire attempt, sent at sent, bounded by
+// attemptTimeout (and up to attemptGrain more: sharedBound) and not by
+// ctx's cancellation (see attemptTimeout). With WithReplicaAcks a grant
 // fewer replicas acknowledged is an error (X9): the caller undoes it.
-func (c *Client) evalAcquire(ctx context.Context, k wire.Keys, a wire.Acquire) (wire.AcquireReply, error) {
-	ctx, cancel := context.WithTimeout(withoutCancel(ctx), attemptTimeout)
-	defer cancel()
+func (c *Client) evalAcquire(ctx context.Context, sent time.Time, k wire.Keys, a wire.Acquire) (wire.AcquireReply, error) {
+	ctx = c.attemptBound.bound(ctx, sent)
 	call := a.Call(c.scripts, k)
 	if c.cfg.replicas == 0 {
 		rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)

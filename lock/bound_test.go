@@ -1,0 +1,94 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestSharedBoundShares: requests sent within one grain share a context
+// that ends between d and d+grain after each of them; a later one gets a
+// new context.
+func TestSharedBoundShares(t *testing.T) {
+	const d, grain = time.Hour, time.Minute
+	b := newSharedBound(d, grain)
+	defer b.close()
+	t0 := time.Now()
+	first := b.at(t0)
+	if got := b.at(t0.Add(grain / 2)); got != first {
+		t.Error("a request half a grain later got a context of its own")
+	}
+	end, ok := first.Deadline()
+	if !ok || end.Before(t0.Add(grain/2).Add(d)) || end.After(t0.Add(d+grain)) {
+		t.Errorf("deadline %v after the first request, want between %v and %v", end.Sub(t0), d+grain/2, d+grain)
+	}
+	later := t0.Add(grain + time.Millisecond)
+	next := b.at(later)
+	if next == first {
+		t.Fatal("a request over a grain later shares a context that ends less than d after it")
+	}
+	if end, _ := next.Deadline(); end.Before(later.Add(d)) {
+		t.Errorf("the new context ends %v after its request, want at least %v", end.Sub(later), d)
+	}
+	if first.Err() != nil {
+		t.Error("the replaced context ended early: requests in flight still use it")
+	}
+	b.close()
+	if next.Err() == nil {
+		t.Error("close left the current context running")
+	}
+}
+
+type boundKey struct{}
+
+// TestBoundedDropsCancellation: a bounded request keeps the caller's
+// values, not its cancellation, and ends with its bound - as do contexts a
+// backend derives from it.
+func TestBoundedDropsCancellation(t *testing.T) {
+	b := newSharedBound(50*time.Millisecond, 10*time.Millisecond)
+	defer b.close()
+	caller, cancel := context.WithCancel(context.WithValue(context.Background(), boundKey{}, "span"))
+	ctx := b.bound(caller, time.Now())
+	cancel()
+	if ctx.Value(boundKey{}) != "span" {
+		t.Error("the caller's values are lost")
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the caller's cancellation ended the request: %v", ctx.Err())
+	}
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a context derived from the request did not end with its bound")
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		t.Errorf("request ended with %v (cause %v), want context.DeadlineExceeded", ctx.Err(), context.Cause(ctx))
+	}
+}
+
+// TestUnlockWindow: an Unlock without cancellation gets the shared bound;
+// one with cancellation keeps it.
+func TestUnlockWindow(t *testing.T) {
+	c := &Client{unlockBound: newSharedBound(unlockRetryWindow, unlockRetryGrain)}
+	defer c.unlockBound.close()
+	sent := time.Now()
+	ctx, stop := c.unlockWindow(context.Background())
+	stop()
+	end, ok := ctx.Deadline()
+	if !ok || end.Before(sent.Add(unlockRetryWindow)) || end.After(time.Now().Add(unlockRetryWindow+unlockRetryGrain)) {
+		t.Errorf("window ends %v after the call, want between %v and %v", end.Sub(sent), unlockRetryWindow, unlockRetryWindow+unlockRetryGrain)
+	}
+	if ctx.Err() != nil {
+		t.Error("stop ended the shared bound")
+	}
+	caller, cancel := context.WithCancel(context.Background())
+	ctx, stop = c.unlockWindow(caller)
+	defer stop()
+	cancel()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Errorf("the caller's cancellation gave %v, want context.Canceled", ctx.Err())
+	}
+}
