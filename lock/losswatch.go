@@ -34,7 +34,7 @@ type hashWatches struct {
 	wg     sync.WaitGroup // the watch goroutines
 
 	mu     sync.Mutex
-	byHash map[string]*hashWatch // held hashes
+	byHash map[string]hashWatch // held hashes (values: a new hold costs no allocation)
 	// armer starts the watches that are due (startDue); one timer for all
 	// hashes, set when a hold starts and none is pending, so back-to-back
 	// short holds set one timer per armDelay rather than one each. A timer
@@ -63,7 +63,7 @@ type hashWatch struct {
 const armDelay = 50 * time.Millisecond
 
 func startHashWatches(c *Client) *hashWatches {
-	w := &hashWatches{c: c, byHash: make(map[string]*hashWatch)}
+	w := &hashWatches{c: c, byHash: make(map[string]hashWatch)}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w
 }
@@ -86,7 +86,7 @@ func (w *hashWatches) close() {
 
 // end stops the hash's watch, if it runs. The caller holds
 // hashWatches.mu.
-func (hw *hashWatch) end() {
+func (hw hashWatch) end() {
 	if hw.stop != nil {
 		close(hw.stop)
 	}
@@ -100,10 +100,10 @@ func (hw *hashWatch) end() {
 func (w *hashWatches) held(hash string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || w.byHash[hash] != nil || w.c.watcher() == nil {
+	if _, ok := w.byHash[hash]; ok || w.closed || w.c.watcher() == nil {
 		return
 	}
-	w.byHash[hash] = &hashWatch{since: time.Now()}
+	w.byHash[hash] = hashWatch{since: time.Now()}
 	if !w.arming {
 		w.setArmer(armDelay)
 	}
@@ -142,6 +142,7 @@ func (w *hashWatches) startDue() {
 			continue
 		}
 		hw.stop = make(chan struct{})
+		w.byHash[hash] = hw
 		w.wg.Add(1)
 		go w.watch(kw, hash, hw.stop)
 	}
@@ -154,7 +155,7 @@ func (w *hashWatches) startDue() {
 func (w *hashWatches) released(hash string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if hw := w.byHash[hash]; hw != nil {
+	if hw, ok := w.byHash[hash]; ok {
 		hw.end()
 		delete(w.byHash, hash)
 	}
