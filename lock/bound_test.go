@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -90,5 +91,28 @@ func TestUnlockWindow(t *testing.T) {
 	cancel()
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Errorf("the caller's cancellation gave %v, want context.Canceled", ctx.Err())
+	}
+}
+
+// TestBoundedChildrenNeedNoGoroutine: a context a backend derives from a
+// bounded request follows the bound through its AfterFunc; without it the
+// context package would start a goroutine per derived context.
+func TestBoundedChildrenNeedNoGoroutine(t *testing.T) {
+	b := newSharedBound(time.Hour, time.Minute)
+	defer b.close()
+	ctx := b.bound(context.Background(), time.Now())
+	const n = 200
+	before := runtime.NumGoroutine()
+	stops := make([]context.CancelFunc, 0, n)
+	for range n {
+		_, stop := context.WithCancel(ctx)
+		stops = append(stops, stop)
+	}
+	after := runtime.NumGoroutine()
+	for _, stop := range stops {
+		stop()
+	}
+	if after-before >= n/2 {
+		t.Errorf("%d contexts derived from a bounded request started %d goroutines", n, after-before)
 	}
 }
