@@ -9,18 +9,8 @@ import (
 	"github.com/fairlock/fairlock/backend"
 )
 
-// Combining the scripts that callers start at the same time.
-//
-// go-redis sends a command on a pooled connection of its own and waits for
-// the reply before that connection serves another, so each script costs a
-// write, a read and a server wake-up of its own: under load (many
-// goroutines locking at once) that is most of what a lock costs, on both
-// sides. So Eval sends a script at once only when no other is on its way;
-// otherwise the script is queued, and goes out in a pipeline (EvalBatch)
-// with the others queued when that pipeline leaves. With at most two
-// pipelines on their way, the scripts that start meanwhile gather, as
-// rueidis and valkey-go pipeline by themselves. An uncontended lock waits
-// for nobody.
+// Combining the scripts that callers start at the same time: why and
+// how is in the package documentation ("Combined scripts").
 
 // Limits of the combining.
 const (

@@ -21,11 +21,11 @@ type sharedBound struct {
 	mu  sync.Mutex // serialises replacing cur
 }
 
-// boundEpoch is one shared context and when it ends.
+// boundEpoch is one shared context (its deadline is when it ends) and
+// its cancel.
 type boundEpoch struct {
-	ctx   context.Context
-	stop  context.CancelFunc
-	until time.Time
+	ctx  context.Context
+	stop context.CancelFunc
 }
 
 func newSharedBound(d, grain time.Duration) *sharedBound {
@@ -35,19 +35,32 @@ func newSharedBound(d, grain time.Duration) *sharedBound {
 // at returns a context that ends no earlier than d after now and no later
 // than d+grain after it.
 func (b *sharedBound) at(now time.Time) context.Context {
-	if e := b.cur.Load(); e != nil && e.until.Sub(now) >= b.d {
-		return e.ctx
+	if ctx := b.lasting(now); ctx != nil {
+		return ctx
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e := b.cur.Load(); e != nil && e.until.Sub(now) >= b.d {
-		return e.ctx
+	if ctx := b.lasting(now); ctx != nil {
+		return ctx
 	}
 	// The context it replaces still bounds requests in flight: it ends
 	// by its own deadline, its timer then freeing it.
-	e := &boundEpoch{until: now.Add(b.d + b.grain)}
-	e.ctx, e.stop = context.WithDeadline(context.Background(), e.until)
+	e := &boundEpoch{}
+	e.ctx, e.stop = context.WithDeadline(context.Background(), now.Add(b.d+b.grain))
 	b.cur.Store(e)
+	return e.ctx
+}
+
+// lasting returns the current shared context if it lasts at least d after
+// now, else nil.
+func (b *sharedBound) lasting(now time.Time) context.Context {
+	e := b.cur.Load()
+	if e == nil {
+		return nil
+	}
+	if end, _ := e.ctx.Deadline(); end.Sub(now) < b.d {
+		return nil
+	}
 	return e.ctx
 }
 
