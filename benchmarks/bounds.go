@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -106,16 +107,20 @@ func (r *report) boundNote(what, kind string) string {
 		if len(r.ManyBare) > 0 {
 			bc, bs, bcl := per(r.ManyBare)
 			rate := func(rounds []manyRound) float64 { return manyThroughput(rounds).med }
-			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits.",
-				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl))
+			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits. %s",
+				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl), serverSplit(bareName, r.ManyBare))
 		}
 		prof := ""
 		if p := r.manyProfile(kind); p != "" {
 			prof = " Client CPU profile of the first round: " + p + "."
 		}
-		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s%s%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
+		server := ""
+		if what == "many" {
+			server = " " + serverSplit(kind, m) + " " + serverSplit(reference, ref)
+		}
+		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s%s%s%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
 			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
-			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), slow, bare, prof, strings.Join(peers, "; "))
+			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), server, slow, bare, prof, strings.Join(peers, "; "))
 	case "queue":
 		return "" // one note for all operations: see bounds
 	case "waiters":
@@ -143,16 +148,94 @@ func (r *report) boundNote(what, kind string) string {
 		}
 		uc := r.uncontendedCosts()
 		run := uc[kind].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med
-		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s. Peers: %s.",
+		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s.%s Peers: %s.",
 			kind, q, fmtDur(pair(u)),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
 			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
 			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
 			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
+			r.overFloors(kind, q, pair),
 			strings.Join(peers, "; "))
 	}
 	return ""
+}
+
+// serverSplit is a server-side profile of a many-locks run (first round):
+// how busy redis-server's one command thread was, and where its CPU per
+// pair went - the scripts' run time (commandstats), split into the
+// commands they ran and the rest (Lua, and decoding the scripts' keys and
+// arguments), and what remains outside the scripts (reading, parsing and
+// replying, expiring keys). commandstats times are wall times, so a
+// command the kernel preempted counts its wait.
+func serverSplit(kind string, rounds []manyRound) string {
+	if len(rounds) == 0 || rounds[0].Acquisitions == 0 || rounds[0].Wall <= 0 {
+		return ""
+	}
+	x := rounds[0]
+	pairs := float64(x.Acquisitions)
+	perPair := func(usec int64) float64 { return float64(usec) * 1e3 / pairs } // ns
+	type cmdTime struct {
+		name string
+		ns   float64
+	}
+	var scripts, inside, calls float64
+	var cmds []cmdTime
+	for name, st := range x.Commands {
+		if slices.Contains(scriptCommands, name) {
+			scripts += perPair(st.Usec)
+			continue
+		}
+		inside += perPair(st.Usec)
+		calls += float64(st.Calls)
+		cmds = append(cmds, cmdTime{name, perPair(st.Usec)})
+	}
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].ns > cmds[j].ns })
+	var top []string
+	for i, c := range cmds {
+		if i == 6 {
+			break
+		}
+		top = append(top, fmt.Sprintf("%s %s", strings.ToUpper(c.name), fmtDur(c.ns)))
+	}
+	cpu := x.ServerCPU * 1e9 / pairs
+	if scripts == 0 {
+		// No scripts: the commands ran on their own.
+		return fmt.Sprintf("%s's server (first round): its one command thread %s busy; of %s of server CPU per pair, the commands ran %s (%s), the rest %s reading, parsing, replying and expiring keys.",
+			kind, fmtPct(x.ServerCPU/x.Wall.Seconds()), fmtDur(cpu), fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, cpu-inside)))
+	}
+	return fmt.Sprintf("%s's server (first round): its one command thread %s busy; of %s of server CPU per pair, the scripts ran %s - the %.1f commands in them %s of their own (%s), the rest %s: each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments - and %s went to reading, parsing, replying and expiring keys.",
+		kind, fmtPct(x.ServerCPU/x.Wall.Seconds()), fmtDur(cpu), fmtDur(scripts), calls/pairs, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
+}
+
+// overFloors splits an uncontended pair's latency at the floor of the
+// client library it runs on (two empty scripts on that client, in the same
+// turns): what the lock adds over its client's round trips, against what
+// the best peer adds over its own client's. "" without the floors.
+func (r *report) overFloors(kind, q string, pair func([]uncontendedRound) float64) string {
+	floor := func(name string) (float64, string, bool) {
+		k, ok := r.kind(name)
+		if !ok || len(r.ClientFloors[k.Client]) == 0 {
+			return 0, "", false
+		}
+		return durSpread(r.ClientFloors[k.Client], func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).med, k.Client, true
+	}
+	mine, client, ok := floor(kind)
+	if !ok {
+		return ""
+	}
+	best, bestName := math.Inf(1), ""
+	for _, p := range r.peers() {
+		if pu := r.Uncontended[p.Name]; len(pu) > 0 && pair(pu) < best {
+			best, bestName = pair(pu), p.Name
+		}
+	}
+	peer := ""
+	if theirs, pc, ok := floor(bestName); ok {
+		peer = fmt.Sprintf("; the best peer, %s, %s over the floor on %s (%s)", bestName, fmtDur(best-theirs), pc, fmtDur(theirs))
+	}
+	return fmt.Sprintf(" Over the floor on its own client, %s (%s), it adds %s%s.",
+		client, fmtDur(mine), fmtDur(pair(r.Uncontended[kind])-mine), peer)
 }
 
 // scriptsPerAcq lists the script calls per acquisition of a lock's first

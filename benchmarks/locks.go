@@ -90,6 +90,7 @@ type lockKind struct {
 	module   string // the Go module whose version is reported
 	settings string // for the settings table
 	fairlock bool   // FIFO check by queue snapshots
+	client   string // the client library it runs on, as floorClient.name
 	// connect opens one client and returns lockers on it.
 	connect func(addr string, o connOpts) (*client, error)
 }
@@ -121,39 +122,39 @@ func lockKinds() []lockKind {
 	var kinds []lockKind
 	for _, a := range fairlockAdapters {
 		kinds = append(kinds, lockKind{
-			name: "fairlock/" + a.name, module: "github.com/fairlock/fairlock", fairlock: true,
+			name: "fairlock/" + a.name, module: "github.com/fairlock/fairlock", fairlock: true, client: a.name,
 			settings: "adapter " + a.name + " (" + a.options + "); lock defaults: watchdog lease 30 s, waiter timeout 5 s, PUBLISH wake-ups",
 			connect:  fairlockConnect(a),
 		})
 	}
 	kinds = append(kinds,
 		lockKind{
-			name: "rueidislock", module: "github.com/redis/rueidis",
+			name: "rueidislock", module: "github.com/redis/rueidis", client: "rueidis",
 			settings: "KeyMajority 1 (one key, like the others; default 2 = 3 keys), other options default: KeyValidity 5 s, waits for client-side-caching invalidations",
 			connect:  rueidislockConnect(rueidisKeysN),
 		},
 		lockKind{
-			name: "rueidislock/3keys", module: "github.com/redis/rueidis",
+			name: "rueidislock/3keys", module: "github.com/redis/rueidis", client: "rueidis",
 			settings: "all defaults: KeyMajority 2 (2 of 3 keys, taken one after the other)",
 			connect:  rueidislockConnect(0),
 		},
 		lockKind{
-			name: "redsync 2ms", module: "github.com/go-redsync/redsync/v4",
+			name: "redsync 2ms", module: "github.com/go-redsync/redsync/v4", client: "go-redis",
 			settings: "go-redis v9 pool (defaults), expiry 8 s, 32 tries per LockContext (called again until the run ends), retry delay 2 ms",
 			connect:  redsyncConnect(redsync.WithRetryDelay(shortRetry)),
 		},
 		lockKind{
-			name: "redsync default", module: "github.com/go-redsync/redsync/v4",
+			name: "redsync default", module: "github.com/go-redsync/redsync/v4", client: "go-redis",
 			settings: "as above, default retry delay: random 50-250 ms",
 			connect:  redsyncConnect(),
 		},
 		lockKind{
-			name: "redislock 2ms", module: "github.com/bsm/redislock",
+			name: "redislock 2ms", module: "github.com/bsm/redislock", client: "go-redis",
 			settings: "go-redis v9 client (defaults), TTL 8 s, LinearBackoff(2 ms), Obtain called again until the run ends",
 			connect:  redislockConnect(shortRetry),
 		},
 		lockKind{
-			name: "redislock 100ms", module: "github.com/bsm/redislock",
+			name: "redislock 100ms", module: "github.com/bsm/redislock", client: "go-redis",
 			settings: "as above, LinearBackoff(100 ms): redislock's default is no retry at all; 100 ms is the interval of its own example",
 			connect:  redislockConnect(redislockEx),
 		},

@@ -87,7 +87,7 @@ func run(ctx context.Context, set settings, binary, scriptsDir, out, chart, raw 
 	logf("redis-server %s at %s; %d rounds; GOMAXPROCS %d", srv.version, srv.addr, set.Rounds, runtime.GOMAXPROCS(0))
 	b := &bench{srv: srv, kinds: lockKinds(), set: set, log: logf, profiled: map[string]bool{}, scriptsDir: scriptsDir}
 	for _, k := range b.kinds {
-		res.Kinds = append(res.Kinds, kindInfo{Name: k.name, Module: k.module, Version: moduleVersion(k.module), Settings: k.settings, Fairlock: k.fairlock})
+		res.Kinds = append(res.Kinds, kindInfo{Name: k.name, Module: k.module, Version: moduleVersion(k.module), Settings: k.settings, Fairlock: k.fairlock, Client: k.client})
 	}
 	if b.scripts, err = b.calibrateScripts(ctx, b.kinds[0]); err != nil {
 		res.Errors = append(res.Errors, "naming fairlock's scripts: "+err.Error())
@@ -177,11 +177,17 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		res.Ping = append(res.Ping, pingRound{RTT: lockbench.Summarize(rtt)})
 	}
 	logf("round %d: uncontended, every lock in turn", round)
-	lat, floor, bare, err := b.uncontendedInterleaved(ctx)
+	lat, floors, bare, err := b.uncontendedInterleaved(ctx)
 	if err != nil {
 		fail("uncontended, interleaved", err)
 	} else {
-		res.UncontendedFloor = append(res.UncontendedFloor, floor)
+		res.UncontendedFloor = append(res.UncontendedFloor, floors[floorClients[0].name])
+		if res.ClientFloors == nil {
+			res.ClientFloors = make(map[string][]lockbench.Latency)
+		}
+		for name, f := range floors {
+			res.ClientFloors[name] = append(res.ClientFloors[name], f)
+		}
 		res.UncontendedBare = append(res.UncontendedBare, bare)
 	}
 	for _, k := range b.kinds {

@@ -45,6 +45,16 @@ func TestQuickRun(t *testing.T) {
 	if len(res.ManyBare) != quickSettings.Rounds || len(res.UncontendedBare) != quickSettings.Rounds {
 		t.Errorf("%s: %d many-locks rounds, %d uncontended", bareName, len(res.ManyBare), len(res.UncontendedBare))
 	}
+	for _, f := range floorClients {
+		if fl := res.ClientFloors[f.name]; len(fl) != quickSettings.Rounds || fl[0].Pair.P50 <= 0 {
+			t.Errorf("floor on %s: %+v", f.name, fl)
+		}
+	}
+	for _, k := range res.Kinds {
+		if len(res.ClientFloors[k.Client]) == 0 {
+			t.Errorf("%s: no floor on its client %q", k.Name, k.Client)
+		}
+	}
 	for _, m := range res.ManyBare {
 		if c := m.PerPair; m.Acquisitions == 0 || c.ServerCPU <= 0 || c.Scripts < 2 || c.Writes <= 0 {
 			t.Errorf("%s: many-locks %d pairs, cost per pair %+v", bareName, m.Acquisitions, c)

@@ -428,7 +428,14 @@ func (r *report) uncontended() {
 	r.p("")
 	if len(r.UncontendedFloor) > 0 {
 		p50, p99 := pairCells(r.UncontendedFloor)
-		r.p("The floor, two empty scripts (EVALSHA of `return 1`, one for Lock and one for Unlock, on a rueidis client with the defaults) taking their turns with the locks: pair p50 %s, p99 %s. It is what any lock that runs one script to lock and another to unlock pays before its scripts do anything.", p50, p99)
+		others := ""
+		for _, f := range floorClients[1:] {
+			if rounds := r.ClientFloors[f.name]; len(rounds) > 0 {
+				p50, p99 := pairCells(rounds)
+				others += fmt.Sprintf(" On %s (the options its fairlock adapter is measured with, see Setup): p50 %s, p99 %s.", f.name, p50, p99)
+			}
+		}
+		r.p("The floor, two empty scripts (EVALSHA of `return 1`, one for Lock and one for Unlock, on a rueidis client with the defaults) taking their turns with the locks: pair p50 %s, p99 %s. It is what any lock that runs one script to lock and another to unlock pays before its scripts do anything.%s", p50, p99, others)
 		r.p("")
 	}
 	if len(r.UncontendedBare) > 0 {

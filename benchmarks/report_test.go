@@ -2,8 +2,11 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/lockbench"
 )
 
 func TestSpreadCell(t *testing.T) {
@@ -48,5 +51,48 @@ func TestSpreadMedian(t *testing.T) {
 	}
 	if s := spreadOf([]float64{4, 1}); math.Abs(s.med-2.5) > 1e-9 {
 		t.Errorf("even: %+v", s)
+	}
+}
+
+func TestServerSplit(t *testing.T) {
+	// 1,000 pairs in a second: 40 ms of server CPU (40µs a pair), the
+	// scripts 30 ms (30µs), the 10,000 commands in them 10 ms (10µs).
+	rounds := []manyRound{{
+		Acquisitions: 1000, Wall: time.Second, ServerCPU: 0.040,
+		Commands: commandCalls{"evalsha": {Calls: 2000, Usec: 30000}, "set": {Calls: 4000, Usec: 6000}, "get": {Calls: 6000, Usec: 4000}},
+	}}
+	got := serverSplit("x", rounds)
+	for _, want := range []string{"one command thread 4.0% busy", "of 40µs of server CPU per pair", "the scripts ran 30µs", "the 10.0 commands in them 10µs of their own (SET 6µs, GET 4µs)", "the rest 20µs", "and 10µs went to reading"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("serverSplit = %q, want it to say %q", got, want)
+		}
+	}
+	if got := serverSplit("x", nil); got != "" {
+		t.Errorf("no rounds: %q", got)
+	}
+}
+
+func TestOverFloors(t *testing.T) {
+	lat := func(p50 time.Duration) lockbench.Latency { return lockbench.Latency{Pair: lockbench.Summary{P50: p50}} }
+	un := func(p50 time.Duration) []uncontendedRound {
+		return []uncontendedRound{{UncontendedResult: lockbench.UncontendedResult{Latency: lat(p50)}}}
+	}
+	res := &results{
+		Kinds:        []kindInfo{{Name: "fairlock/go-redis", Fairlock: true, Client: "go-redis"}, {Name: "redislock", Client: "go-redis"}, {Name: "rueidislock", Client: "rueidis"}},
+		Uncontended:  map[string][]uncontendedRound{"fairlock/go-redis": un(140 * time.Microsecond), "redislock": un(110 * time.Microsecond), "rueidislock": un(190 * time.Microsecond)},
+		ClientFloors: map[string][]lockbench.Latency{"go-redis": {lat(90 * time.Microsecond)}, "rueidis": {lat(86 * time.Microsecond)}},
+	}
+	r := &report{results: res}
+	pair := func(rounds []uncontendedRound) float64 {
+		return durSpread(rounds, func(x uncontendedRound) time.Duration { return pick(x, "p50") }).med
+	}
+	got := r.overFloors("fairlock/go-redis", "p50", pair)
+	want := " Over the floor on its own client, go-redis (90µs), it adds 50µs; the best peer, redislock, 20µs over the floor on go-redis (90µs)."
+	if got != want {
+		t.Errorf("overFloors = %q, want %q", got, want)
+	}
+	res.ClientFloors = nil
+	if got := r.overFloors("fairlock/go-redis", "p50", pair); got != "" {
+		t.Errorf("without floors: %q", got)
 	}
 }

@@ -23,6 +23,10 @@ type results struct {
 	// UncontendedFloor is scenario 1's floor in each round: two empty
 	// scripts (emptyScripts), timed in the same turns as the locks.
 	UncontendedFloor []lockbench.Latency `json:"uncontended_floor,omitempty"`
+	// ClientFloors is the same floor on each client library fairlock runs
+	// on (floorClients, by fairlockAdapter.name; rueidis's is
+	// UncontendedFloor), in each round.
+	ClientFloors map[string][]lockbench.Latency `json:"uncontended_client_floors,omitempty"`
 	// UncontendedBare is fairlock's own two scripts sent without the lock
 	// package (bareScripts) in each round, timed in the same turns.
 	UncontendedBare []lockbench.Latency                 `json:"uncontended_bare,omitempty"`
@@ -65,6 +69,7 @@ type kindInfo struct {
 	Version  string `json:"version"`
 	Settings string `json:"settings"`
 	Fairlock bool   `json:"fairlock"`
+	Client   string `json:"client,omitempty"` // the client library it runs on (floorClient.name)
 }
 
 type meta struct {

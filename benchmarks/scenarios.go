@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/lockbench"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
 )
 
 // settings bound every scenario; quick settings make a smoke test.
@@ -127,62 +129,110 @@ const uncontendedBlock = 100
 // It returns the latencies by lock name, the floor's (emptyScripts) and
 // those of fairlock's scripts sent bare (bareScripts), which take their
 // turns too.
-func (b *bench) uncontendedInterleaved(ctx context.Context) (map[string]lockbench.Latency, lockbench.Latency, lockbench.Latency, error) {
-	lockers := make([]lockbench.Locker, len(b.kinds))
-	for i, k := range b.kinds {
+func (b *bench) uncontendedInterleaved(ctx context.Context) (map[string]lockbench.Latency, map[string]lockbench.Latency, lockbench.Latency, error) {
+	none := lockbench.Latency{}
+	var lockers []lockbench.Locker
+	for _, k := range b.kinds {
 		c, err := k.connect(b.srv.addr, connOpts{})
 		if err != nil {
-			return nil, lockbench.Latency{}, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+			return nil, nil, none, fmt.Errorf("%s: %w", k.name, err)
 		}
 		defer c.close()
-		if lockers[i], err = c.locker(b.lockName("uncontended")); err != nil {
-			return nil, lockbench.Latency{}, lockbench.Latency{}, fmt.Errorf("%s: %w", k.name, err)
+		l, err := c.locker(b.lockName("uncontended"))
+		if err != nil {
+			return nil, nil, none, fmt.Errorf("%s: %w", k.name, err)
 		}
+		lockers = append(lockers, l)
 	}
-	none := lockbench.Latency{}
-	floor, closeFloor, err := emptyScripts(ctx, b.srv.addr)
-	if err != nil {
-		return nil, none, none, err
+	for _, f := range floorClients {
+		l, closeFloor, err := f.open(ctx, b.srv.addr)
+		if err != nil {
+			return nil, nil, none, fmt.Errorf("floor on %s: %w", f.name, err)
+		}
+		defer closeFloor()
+		lockers = append(lockers, l)
 	}
-	defer closeFloor()
 	bare, err := openBareScripts(b.srv.addr, b.scriptsDir)
 	if err != nil {
-		return nil, none, none, err
+		return nil, nil, none, err
 	}
 	defer bare.close()
-	lat, err := lockbench.UncontendedInterleaved(ctx, append(lockers, floor, bare.locker(b.lockName("uncontended-bare"))), b.set.UncontendedOps, uncontendedBlock, 50)
+	lat, err := lockbench.UncontendedInterleaved(ctx, append(lockers, bare.locker(b.lockName("uncontended-bare"))), b.set.UncontendedOps, uncontendedBlock, 50)
 	if err != nil {
-		return nil, none, none, err
+		return nil, nil, none, err
 	}
 	out := make(map[string]lockbench.Latency, len(b.kinds))
 	for i, k := range b.kinds {
 		out[k.name] = lat[i]
 	}
-	return out, lat[len(b.kinds)], lat[len(b.kinds)+1], nil
+	floors := make(map[string]lockbench.Latency, len(floorClients))
+	for i, f := range floorClients {
+		floors[f.name] = lat[len(b.kinds)+i]
+	}
+	return out, floors, lat[len(lat)-1], nil
 }
 
-// emptyScripts is the floor of scenario 1, a Locker that locks nothing:
-// its Lock and its Unlock are each one EVALSHA of "return 1" on a rueidis
-// client with the defaults fairlock/rueidis has - the two round trips of
-// any lock that runs a script to lock and another to unlock, with no
-// work in them.
-func emptyScripts(ctx context.Context, addr string) (lockbench.Locker, func(), error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	if err != nil {
-		return nil, nil, err
-	}
-	script := rueidis.NewLuaScript("return 1")
-	run := func(ctx context.Context) error {
-		return script.Exec(ctx, c, []string{"fairlock-bench:floor"}, nil).Error()
-	}
-	if err := run(ctx); err != nil { // loads the script
-		c.Close()
+// floorClient opens scenario 1's floor on one client library: a Locker
+// that locks nothing, its Lock and its Unlock each one EVALSHA of
+// "return 1" on a client with the options fairlock's adapter for that
+// library is measured with - the two round trips of any lock that runs a
+// script to lock and another to unlock, with no work in them.
+type floorClient struct {
+	name string // the client library, as fairlockAdapter.name
+	open func(ctx context.Context, addr string) (lockbench.Locker, func(), error)
+}
+
+// floorClients are the floors measured, one per client library fairlock
+// runs on; the first, rueidis, is the report's floor.
+var floorClients = []floorClient{
+	{name: "rueidis", open: rueidisFloor},
+	{name: "valkey", open: valkeyFloor},
+	{name: "go-redis", open: goRedisFloor},
+}
+
+// floorLocker makes the floor's Locker from one script run, after running
+// it once (which loads the script).
+func floorLocker(ctx context.Context, run func(context.Context) error, closeClient func()) (lockbench.Locker, func(), error) {
+	if err := run(ctx); err != nil {
+		closeClient()
 		return nil, nil, err
 	}
 	return lockbench.LockerFuncs{
 		LockFunc:   func(ctx context.Context) (int64, error) { return 0, run(ctx) },
 		UnlockFunc: run,
-	}, c.Close, nil
+	}, closeClient, nil
+}
+
+const floorKey = "fairlock-bench:floor"
+
+func rueidisFloor(ctx context.Context, addr string) (lockbench.Locker, func(), error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	script := rueidis.NewLuaScript("return 1")
+	return floorLocker(ctx, func(ctx context.Context) error {
+		return script.Exec(ctx, c, []string{floorKey}, nil).Error()
+	}, c.Close)
+}
+
+func valkeyFloor(ctx context.Context, addr string) (lockbench.Locker, func(), error) {
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	script := valkey.NewLuaScript("return 1")
+	return floorLocker(ctx, func(ctx context.Context) error {
+		return script.Exec(ctx, c, []string{floorKey}, nil).Error()
+	}, c.Close)
+}
+
+func goRedisFloor(ctx context.Context, addr string) (lockbench.Locker, func(), error) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	script := goredis.NewScript("return 1")
+	return floorLocker(ctx, func(ctx context.Context) error {
+		return script.Run(ctx, c, []string{floorKey}).Err()
+	}, func() { _ = c.Close() })
 }
 
 func (b *bench) uncontended(ctx context.Context, k lockKind) (uncontendedRound, error) {
