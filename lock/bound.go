@@ -95,13 +95,20 @@ func (c *bounded) Value(key any) any           { return c.values.Value(key) }
 // the context package looks for this method.
 func (c *bounded) AfterFunc(f func()) func() bool { return context.AfterFunc(c.bound, f) }
 
-// unlockWindow bounds an Unlock's attempts and retries by
-// unlockRetryWindow and by ctx. A context without cancellation (the
-// common context.Background) gets the shared bound, with no timer of its
-// own; one with cancellation keeps it, under a timer of its own.
-func (c *Client) unlockWindow(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Done() == nil {
-		return c.unlockBound.bound(ctx, time.Now()), func() {}
+// unlockContext returns the context an Unlock's attempts run under, given
+// the shared context that ends its retry window (unlockBound): ctx itself
+// when ctx's deadline comes before the window ends - ctx then ends the
+// attempts first, its cancellation included - else ctx's values under the
+// window's end. In the second case a cancellation of ctx does not cut an
+// attempt short: the retries stop at it (release), so Unlock returns at
+// most one attempt later, and an attempt the server answers still
+// releases the lock rather than leaving its outcome unknown and the lock
+// held until its lease runs out. No timer is made either way.
+func unlockContext(ctx, window context.Context) context.Context {
+	if d, ok := ctx.Deadline(); ok {
+		if end, _ := window.Deadline(); d.Before(end) {
+			return ctx
+		}
 	}
-	return context.WithTimeout(ctx, unlockRetryWindow)
+	return &bounded{values: withoutCancel(ctx), bound: window}
 }

@@ -70,27 +70,39 @@ func TestBoundedDropsCancellation(t *testing.T) {
 	}
 }
 
-// TestUnlockWindow: an Unlock without cancellation gets the shared bound;
-// one with cancellation keeps it.
-func TestUnlockWindow(t *testing.T) {
-	c := &Client{unlockBound: newSharedBound(unlockRetryWindow, unlockRetryGrain)}
-	defer c.unlockBound.close()
+// TestUnlockContext: an Unlock's attempts end with its retry window, keep
+// the caller's values, and follow a cancellation of the caller only when
+// the caller's deadline comes before the window ends; no timer is made.
+func TestUnlockContext(t *testing.T) {
+	b := newSharedBound(unlockRetryWindow, unlockRetryGrain)
+	defer b.close()
 	sent := time.Now()
-	ctx, stop := c.unlockWindow(context.Background())
-	stop()
+	window := b.at(sent)
+
+	ctx := unlockContext(context.Background(), window)
 	end, ok := ctx.Deadline()
-	if !ok || end.Before(sent.Add(unlockRetryWindow)) || end.After(time.Now().Add(unlockRetryWindow+unlockRetryGrain)) {
+	if wend, _ := window.Deadline(); !ok || !end.Equal(wend) {
+		t.Errorf("without a deadline of the caller's: attempts end at %v (ok %v), want the window's end %v", end, ok, wend)
+	}
+	if end.Before(sent.Add(unlockRetryWindow)) || end.After(time.Now().Add(unlockRetryWindow+unlockRetryGrain)) {
 		t.Errorf("window ends %v after the call, want between %v and %v", end.Sub(sent), unlockRetryWindow, unlockRetryWindow+unlockRetryGrain)
 	}
-	if ctx.Err() != nil {
-		t.Error("stop ended the shared bound")
-	}
-	caller, cancel := context.WithCancel(context.Background())
-	ctx, stop = c.unlockWindow(caller)
-	defer stop()
+
+	type key struct{}
+	caller, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "span"), time.Hour)
+	ctx = unlockContext(caller, window)
 	cancel()
-	if !errors.Is(ctx.Err(), context.Canceled) {
-		t.Errorf("the caller's cancellation gave %v, want context.Canceled", ctx.Err())
+	if ctx.Err() != nil {
+		t.Errorf("a caller with a later deadline, cancelled: the attempt's context ended (%v); the attempt in flight should finish", ctx.Err())
+	}
+	if ctx.Value(key{}) != "span" {
+		t.Error("the caller's values are lost")
+	}
+
+	soon, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if got := unlockContext(soon, window); got != soon {
+		t.Errorf("a caller whose deadline comes before the window ends: got %v, want the caller's context itself", got)
 	}
 }
 

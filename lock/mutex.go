@@ -264,13 +264,18 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 // the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
 // changing nothing, when this owner does not hold the lock.
 //
-// Connection errors are retried with back-off for 2 s (up to 2.2 s when
-// ctx has no cancellation; within the unlock latch's lifetime, and never
-// applied twice). When Unlock fails all the same, the Hold ends (Err wraps
-// ErrLockLost) and is no longer renewed, so the lock frees itself within
-// one lease whatever happened on the server; when those seconds ran out
-// before ctx did, Unlock's error wraps ErrLockLost too, and the last
-// connection error.
+// Connection errors are retried with back-off for 2 to 2.2 s (within the
+// unlock latch's lifetime, and never applied twice). A deadline of ctx
+// that comes sooner ends Unlock at that deadline. A cancellation of ctx
+// stops the retries but lets the request in flight finish - one round
+// trip, or those seconds when the server does not answer - so that an
+// Unlock cancelled while its request was on the way still releases the
+// lock when the server answers, instead of leaving it held until its
+// lease runs out. When Unlock fails all the same, the Hold ends (Err
+// wraps ErrLockLost) and is no longer renewed, so the lock frees itself
+// within one lease whatever happened on the server; when those seconds
+// ran out before ctx did, Unlock's error wraps ErrLockLost too, and the
+// last connection error.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if err := m.checkCall(ctx); err != nil {
 		if ctx != nil && ctx.Err() != nil {
@@ -353,21 +358,22 @@ func releaseResult(r observe.ReleaseResult, err error, notHeld bool) observe.Rel
 // held) and when the request that answered was sent.
 func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration) (int, time.Time, error) {
 	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: m.c.requests.next()}
-	wctx, cancel := m.c.unlockWindow(ctx)
-	defer cancel()
+	window := m.c.unlockBound.at(time.Now())
+	actx := unlockContext(ctx, window)
 	retry := newRetrier(m.c.closing)
+	retry.window = window.Done()
 	left, sent := 0, time.Time{}
-	err := retry.do(wctx, func() error {
+	err := retry.do(ctx, func() error {
 		sent = time.Now()
 		call := req.Call(m.c.scripts, m.keys)
-		rep, err := m.c.b.Eval(wctx, call.Script, call.Keys, call.Args)
+		rep, err := m.c.b.Eval(actx, call.Script, call.Keys, call.Args)
 		req.Retry = true
 		if err == nil {
 			left, err = wire.DecodeUnlock(rep)
 		}
 		return err
 	})
-	if err == nil || ctx.Err() != nil || wctx.Err() == nil {
+	if err == nil || ctx.Err() != nil || window.Err() == nil {
 		return left, sent, err
 	}
 	// The retry window ran out, not the caller's context: the hold is

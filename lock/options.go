@@ -30,9 +30,9 @@ const (
 // latch lives; one that reaches the server later still cannot release
 // twice (unlock.lua takes the count down only from the value the client
 // knows). Latches alive at any moment: the unlock rate times this. An
-// Unlock whose context has no cancellation shares its window's end with
-// those started within unlockRetryGrain of it (sharedBound), so its window
-// is up to that much longer, still well within the latch's lifetime.
+// Unlock shares its window's end with those started within
+// unlockRetryGrain of it (sharedBound), so its window is up to that much
+// longer, still well within the latch's lifetime.
 const (
 	unlockLatchTTL    = 3 * time.Second
 	unlockRetryWindow = 2 * time.Second

@@ -30,6 +30,10 @@ type retrier struct {
 	// since a grant or a "you are first" that arrives while its attempt
 	// backs off from a cluster's TRYAGAIN is worth the next try at once.
 	wake <-chan backend.Event
+	// window, when set, closes when retrying must stop (an Unlock's retry
+	// window): do then returns context.DeadlineExceeded wrapping the last
+	// transient error, as for a context that ran out.
+	window <-chan struct{}
 }
 
 // do calls op until it returns nil, an error retrying cannot fix (not
@@ -47,10 +51,23 @@ func (r *retrier) do(ctx context.Context, op func() error) error {
 		case ctx.Err() != nil:
 			r.last = err
 			return joinLine(ctx.Err(), unavailable(err))
+		case r.windowClosed():
+			r.last = err
+			return joinLine(context.DeadlineExceeded, unavailable(err))
 		}
 		if err := r.pause(ctx, err); err != nil {
 			return err
 		}
+	}
+}
+
+// windowClosed reports whether the retry window, if any, has ended.
+func (r *retrier) windowClosed() bool {
+	select {
+	case <-r.window:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -93,6 +110,8 @@ func (r *retrier) pause(ctx context.Context, err error) error {
 		return nil
 	case <-ctx.Done():
 		return joinLine(ctx.Err(), unavailable(err))
+	case <-r.window:
+		return joinLine(context.DeadlineExceeded, unavailable(err))
 	case <-r.closing:
 		return joinLine(ErrClosed, unavailable(err))
 	}

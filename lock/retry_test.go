@@ -82,3 +82,41 @@ func TestWithoutCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestRetrierWindow: a closed window stops the retries of a transient
+// error, between attempts and during a pause, with DeadlineExceeded that
+// wraps the error and ErrUnavailable.
+func TestRetrierWindow(t *testing.T) {
+	refused := fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+	window := make(chan struct{})
+	r := newRetrier(nil)
+	r.window = window
+	calls := 0
+	err := r.do(context.Background(), func() error {
+		calls++
+		if calls == 3 {
+			close(window) // during the third attempt: no fourth
+		}
+		return refused
+	})
+	if calls != 3 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("window closed in the third attempt: %d attempts, %v; want 3 and DeadlineExceeded wrapping the refusal and ErrUnavailable", calls, err)
+	}
+
+	// A window that closes while do pauses ends the pause.
+	window = make(chan struct{})
+	r = newRetrier(nil)
+	r.window = window
+	r.b.InitialInterval = time.Hour
+	done := make(chan error, 1)
+	go func() { done <- r.pause(context.Background(), refused) }()
+	close(window)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("window closed during an hour's pause: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a closed window did not end the pause")
+	}
+}

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,4 +77,99 @@ func TestGrantSlowerThanLease_IsNoHold(t *testing.T) {
 		t.Errorf("the lock is still held on the server (TTL %v) after the late grant was given back", st.TTL)
 	}
 	t.Logf("%d grants whose reply took 50 ms on a 20 ms lease: all refused as lost, nothing tracked", rounds)
+}
+
+// gatedUnlock is a backend whose next unlock request, once armed, waits
+// at a gate before it is sent: the caller can act while the request is on
+// its way.
+type gatedUnlock struct {
+	backend.Backend
+	mu            sync.Mutex
+	entered, open chan struct{} // armed: closed when the request arrives; closed by the test to send it
+}
+
+// arm gates the next unlock request: entered closes when it arrives, and
+// it is sent when the caller closes open.
+func (b *gatedUnlock) arm() (entered, open chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.entered, b.open = make(chan struct{}), make(chan struct{})
+	return b.entered, b.open
+}
+
+func (b *gatedUnlock) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if s.Name == "unlock" {
+		b.mu.Lock()
+		entered, open := b.entered, b.open
+		b.entered = nil
+		b.mu.Unlock()
+		if entered != nil {
+			close(entered)
+			<-open
+		}
+	}
+	return b.Backend.Eval(ctx, s, keys, args)
+}
+
+// TestUnlockCancelledInFlight_StillReleases: an Unlock whose context is
+// cancelled while its request is on the way lets the request finish, so
+// the lock is released on the server instead of staying held (its outcome
+// unknown) until its lease runs out; a context whose deadline comes sooner
+// than the retry window still ends the request at that deadline.
+func TestUnlockCancelledInFlight_StillReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rb := rueidisbackend.New(rc)
+	defer rb.Close()
+	gate := &gatedUnlock{Backend: rb}
+	c, err := NewClient(gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.NewMutex("cancelled-unlock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	h, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	entered, open := gate.arm()
+	go func() { done <- m.Unlock(ctx) }()
+	<-entered
+	cancel()
+	close(open)
+	if err := <-done; err != nil {
+		t.Errorf("Unlock cancelled while its request was on the way = %v, want nil: the request finished and released", err)
+	}
+	if st, err := m.Inspect(bg, 0); err != nil || st.Locked() {
+		t.Errorf("after the cancelled Unlock the lock is held on the server (%+v, %v), want it released", st, err)
+	}
+	if h.Err() == nil {
+		t.Error("the hold did not end")
+	}
+
+	// A deadline sooner than the window ends the request at it.
+	if _, err := m.Lock(bg); err != nil {
+		t.Fatal(err)
+	}
+	entered, open = gate.arm()
+	soon, cancelSoon := context.WithTimeout(bg, time.Millisecond)
+	defer cancelSoon()
+	go func() { done <- m.Unlock(soon) }()
+	<-entered
+	<-soon.Done()
+	close(open)
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Unlock whose 1 ms deadline passed while its request waited = %v, want context.DeadlineExceeded", err)
+	}
 }
