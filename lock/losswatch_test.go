@@ -215,18 +215,11 @@ func TestHashWatch_ShortHoldsWatchNothing(t *testing.T) {
 // backend counts its key watches; both end with the test.
 func newWatchedClient(t *testing.T) (*redistest.Server, *Client, *watchCounter) {
 	t.Helper()
-	srv := redistest.Start(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	wc := &watchCounter{Backend: rueidisbackend.New(rc), calls: map[string]int{}, open: map[string]int{}}
-	c, err := NewClient(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	var wc *watchCounter
+	srv, c := wrappedClient(t, func(b backend.Backend) backend.Backend {
+		wc = &watchCounter{Backend: b, calls: map[string]int{}, open: map[string]int{}}
+		return wc
+	})
 	return srv, c, wc
 }
 

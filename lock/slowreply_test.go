@@ -13,6 +13,24 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// wrappedClient returns a new redis-server and a Client on it, through a
+// rueidis backend that wrap wraps; the test's end closes them.
+func wrappedClient(t *testing.T, wrap func(backend.Backend) backend.Backend) (*redistest.Server, *Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	c, err := NewClient(wrap(rueidisbackend.New(rc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, c
+}
+
 // slowAcquire is a backend whose acquire replies reach the client delay
 // after the server ran the script: a reply slower than a short lease.
 type slowAcquire struct {
@@ -35,23 +53,8 @@ func (b slowAcquire) Eval(ctx context.Context, s *backend.Script, keys, args []s
 // watchdog, no owner state), and the grant is given back on the server
 // instead of blocking others for its lease.
 func TestGrantSlowerThanLease_IsNoHold(t *testing.T) {
-	srv := redistest.Start(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	rb := rueidisbackend.New(rc)
-	defer rb.Close()
-	c, err := NewClient(slowAcquire{Backend: rb, delay: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex("slow-reply")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := wrappedClient(t, func(b backend.Backend) backend.Backend { return slowAcquire{Backend: b, delay: 50 * time.Millisecond} })
+	m := newTestMutex(t, c, "slow-reply")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -117,24 +120,9 @@ func (b *gatedUnlock) Eval(ctx context.Context, s *backend.Script, keys, args []
 // unknown) until its lease runs out; a context whose deadline comes sooner
 // than the retry window still ends the request at that deadline.
 func TestUnlockCancelledInFlight_StillReleases(t *testing.T) {
-	srv := redistest.Start(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	rb := rueidisbackend.New(rc)
-	defer rb.Close()
-	gate := &gatedUnlock{Backend: rb}
-	c, err := NewClient(gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex("cancelled-unlock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var gate *gatedUnlock
+	_, c := wrappedClient(t, func(b backend.Backend) backend.Backend { gate = &gatedUnlock{Backend: b}; return gate })
+	m := newTestMutex(t, c, "cancelled-unlock")
 	bg, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
 	h, err := m.Lock(bg)
