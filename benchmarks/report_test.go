@@ -67,6 +67,13 @@ func TestServerSplit(t *testing.T) {
 			t.Errorf("serverSplit = %q, want it to say %q", got, want)
 		}
 	}
+	if strings.Contains(got, "close to the most") {
+		t.Errorf("a thread 4%% busy called near its limit: %q", got)
+	}
+	rounds[0].ServerCPU = 0.8
+	if got := serverSplit("x", rounds); !strings.Contains(got, "80.0% busy - close to the most one thread does") {
+		t.Errorf("a thread 80%% busy: %q", got)
+	}
 	if got := serverSplit("x", nil); got != "" {
 		t.Errorf("no rounds: %q", got)
 	}
