@@ -198,14 +198,9 @@ func serverSplit(kind string, rounds []manyRound) string {
 		}
 		top = append(top, fmt.Sprintf("%s %s", strings.ToUpper(c.name), fmtDur(c.ns)))
 	}
-	cpu := x.ServerCPU * 1e9 / pairs
-	if scripts == 0 {
-		// No scripts: the commands ran on their own.
-		return fmt.Sprintf("%s's server (first round): its one command thread %s busy%s; of %s of server CPU per pair, the commands ran %s (%s), the rest %s reading, parsing, replying and expiring keys.",
-			kind, fmtPct(x.ServerCPU/x.Wall.Seconds()), nearLimit(x.ServerCPU/x.Wall.Seconds()), fmtDur(cpu), fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, cpu-inside)))
-	}
+	cpu, busy := x.ServerCPU*1e9/pairs, x.ServerCPU/x.Wall.Seconds()
 	return fmt.Sprintf("%s's server (first round): its one command thread %s busy%s; of %s of server CPU per pair, the scripts ran %s - the %.1f commands in them %s of their own (%s), the rest %s: each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments - and %s went to reading, parsing, replying and expiring keys.",
-		kind, fmtPct(x.ServerCPU/x.Wall.Seconds()), nearLimit(x.ServerCPU/x.Wall.Seconds()), fmtDur(cpu), fmtDur(scripts), calls/pairs, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
+		kind, fmtPct(busy), nearLimit(busy), fmtDur(cpu), fmtDur(scripts), calls/pairs, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
 }
 
 // nearLimit says, for a server whose command thread was busy share of the

@@ -20,12 +20,12 @@ type results struct {
 	Kinds       []kindInfo                    `json:"locks"`
 	Ping        []pingRound                   `json:"ping"`
 	Uncontended map[string][]uncontendedRound `json:"uncontended"`
-	// UncontendedFloor is scenario 1's floor in each round: two empty
-	// scripts (emptyScripts), timed in the same turns as the locks.
+	// UncontendedFloor is scenario 1's floor on rueidis in each round: two
+	// empty scripts (floorClients), timed in the same turns as the locks.
 	UncontendedFloor []lockbench.Latency `json:"uncontended_floor,omitempty"`
 	// ClientFloors is the same floor on each client library fairlock runs
-	// on (floorClients, by fairlockAdapter.name; rueidis's is
-	// UncontendedFloor), in each round.
+	// on (floorClients, by fairlockAdapter.name, rueidis's included), in
+	// each round; raw files older than it have UncontendedFloor only.
 	ClientFloors map[string][]lockbench.Latency `json:"uncontended_client_floors,omitempty"`
 	// UncontendedBare is fairlock's own two scripts sent without the lock
 	// package (bareScripts) in each round, timed in the same turns.

@@ -31,8 +31,9 @@ type retrier struct {
 	// backs off from a cluster's TRYAGAIN is worth the next try at once.
 	wake <-chan backend.Event
 	// window, when set, closes when retrying must stop (an Unlock's retry
-	// window): do then returns context.DeadlineExceeded wrapping the last
-	// transient error, as for a context that ran out.
+	// window): the pause that finds it closed - at once, when it closed
+	// during the attempt - returns context.DeadlineExceeded wrapping the
+	// last transient error, as for a context that ran out.
 	window <-chan struct{}
 }
 
@@ -51,23 +52,10 @@ func (r *retrier) do(ctx context.Context, op func() error) error {
 		case ctx.Err() != nil:
 			r.last = err
 			return joinLine(ctx.Err(), unavailable(err))
-		case r.windowClosed():
-			r.last = err
-			return joinLine(context.DeadlineExceeded, unavailable(err))
 		}
 		if err := r.pause(ctx, err); err != nil {
 			return err
 		}
-	}
-}
-
-// windowClosed reports whether the retry window, if any, has ended.
-func (r *retrier) windowClosed() bool {
-	select {
-	case <-r.window:
-		return true
-	default:
-		return false
 	}
 }
 
