@@ -43,9 +43,11 @@ func (r *report) boundNote(what, kind string) string {
 			}
 			return fmt.Sprintf("**%s, %d contenders, throughput**: one acquisition every %s, of which the hand-over (p50 %s) is %s. "+
 				"A FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain). "+
-				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU (%s of CPU per acquisition against %s between acquisitions); %s.%s",
+				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU (%s of CPU per acquisition against %s between acquisitions); %s. "+
+				"Every hand-over runs through redis-server's one command thread - the holder's unlock script grants the lock to the head and publishes the grant, and the new holder's Unlock is the next such script - and the other contenders' enqueues run on that thread in between: %s %s%s",
 				kind, r.Settings.Headline, fmtDur(cycle), fmtDur(hand), fmtPct(hand/cycle),
-				scripts, fmtDur(serverCPU), fmtDur(clientCPU), fmtDur(serverCPU+clientCPU), fmtDur(cycle), cpuVerdict(ours, machine), prof)
+				scripts, fmtDur(serverCPU), fmtDur(clientCPU), fmtDur(serverCPU+clientCPU), fmtDur(cycle), cpuVerdict(ours, machine),
+				serverSplit(kind, "acquisition", firstContended(c)), serverSplit(reference, "acquisition", firstContended(r.headline(reference))), prof)
 		case "handover":
 			f := r.FIFO[kind]
 			split := ""
@@ -108,7 +110,7 @@ func (r *report) boundNote(what, kind string) string {
 			bc, bs, bcl := per(r.ManyBare)
 			rate := func(rounds []manyRound) float64 { return manyThroughput(rounds).med }
 			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits. %s",
-				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl), serverSplit(bareName, r.ManyBare))
+				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl), serverSplit(bareName, "pair", firstMany(r.ManyBare)))
 		}
 		prof := ""
 		if p := r.manyProfile(kind); p != "" {
@@ -116,7 +118,7 @@ func (r *report) boundNote(what, kind string) string {
 		}
 		server := ""
 		if what == "many" {
-			server = " " + serverSplit(kind, m) + " " + serverSplit(reference, ref)
+			server = " " + serverSplit(kind, "pair", firstMany(m)) + " " + serverSplit(reference, "pair", firstMany(ref))
 		}
 		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s%s%s%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
 			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
@@ -161,34 +163,62 @@ func (r *report) boundNote(what, kind string) string {
 	return ""
 }
 
-// serverSplit is a server-side profile of a many-locks run (first round):
-// how busy redis-server's one command thread was, and where its CPU per
-// pair went - the scripts' run time (commandstats), split into the
-// commands they ran and the rest (Lua, and decoding the scripts' keys and
-// arguments), and what remains outside the scripts (reading, parsing and
-// replying, expiring keys). commandstats times are wall times, so a
-// command the kernel preempted counts its wait.
-func serverSplit(kind string, rounds []manyRound) string {
-	if len(rounds) == 0 || rounds[0].Acquisitions == 0 || rounds[0].Wall <= 0 {
-		return ""
+// serverSample is what a server-side profile needs of one measured
+// window: how many pairs (or acquisitions) it made, how long it lasted,
+// the server's CPU over it (INFO cpu) and its commands (commandstats).
+type serverSample struct {
+	n         int
+	wall      time.Duration
+	serverCPU float64 // seconds
+	commands  commandCalls
+}
+
+// firstMany is the server sample of a many-locks run's first round (a
+// zero sample without rounds).
+func firstMany(rounds []manyRound) serverSample {
+	if len(rounds) == 0 {
+		return serverSample{}
 	}
 	x := rounds[0]
-	pairs := float64(x.Acquisitions)
-	perPair := func(usec int64) float64 { return float64(usec) * 1e3 / pairs } // ns
+	return serverSample{x.Acquisitions, x.Wall, x.ServerCPU, x.Commands}
+}
+
+// firstContended is the server sample of a contended run's first round.
+func firstContended(rounds []contendedRound) serverSample {
+	if len(rounds) == 0 {
+		return serverSample{}
+	}
+	x := rounds[0]
+	return serverSample{x.Acquisitions, x.Wall, x.ServerCPU, x.TopCommands}
+}
+
+// serverSplit is a server-side profile of one window (first round), per
+// unit ("pair" or "acquisition"): how busy redis-server's one command
+// thread was, and where its CPU per unit went - the scripts' run time
+// (commandstats), split into the commands they ran and the rest (Lua, and
+// decoding the scripts' keys and arguments), and what remains outside the
+// scripts (reading, parsing and replying, expiring keys). commandstats
+// times are wall times, so a command the kernel preempted counts its wait.
+func serverSplit(kind, unit string, x serverSample) string {
+	if x.n == 0 || x.wall <= 0 {
+		return ""
+	}
+	n := float64(x.n)
+	per := func(usec int64) float64 { return float64(usec) * 1e3 / n } // ns
 	type cmdTime struct {
 		name string
 		ns   float64
 	}
 	var scripts, inside, calls float64
 	var cmds []cmdTime
-	for name, st := range x.Commands {
+	for name, st := range x.commands {
 		if slices.Contains(scriptCommands, name) {
-			scripts += perPair(st.Usec)
+			scripts += per(st.Usec)
 			continue
 		}
-		inside += perPair(st.Usec)
+		inside += per(st.Usec)
 		calls += float64(st.Calls)
-		cmds = append(cmds, cmdTime{name, perPair(st.Usec)})
+		cmds = append(cmds, cmdTime{name, per(st.Usec)})
 	}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].ns > cmds[j].ns })
 	var top []string
@@ -198,19 +228,19 @@ func serverSplit(kind string, rounds []manyRound) string {
 		}
 		top = append(top, fmt.Sprintf("%s %s", strings.ToUpper(c.name), fmtDur(c.ns)))
 	}
-	cpu, busy := x.ServerCPU*1e9/pairs, x.ServerCPU/x.Wall.Seconds()
-	return fmt.Sprintf("%s's server (first round): its one command thread %s busy%s; of %s of server CPU per pair, the scripts ran %s - the %.1f commands in them %s of their own (%s), the rest %s: each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments - and %s went to reading, parsing, replying and expiring keys.",
-		kind, fmtPct(busy), nearLimit(busy), fmtDur(cpu), fmtDur(scripts), calls/pairs, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
+	cpu, busy := x.serverCPU*1e9/n, x.serverCPU/x.wall.Seconds()
+	return fmt.Sprintf("%s's server (first round): its one command thread %s busy%s; of %s of server CPU per %s, the scripts ran %s - the %.1f commands in them %s of their own (%s), the rest %s: each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments - and %s went to reading, parsing, replying and expiring keys.",
+		kind, fmtPct(busy), nearLimit(busy, unit), fmtDur(cpu), unit, fmtDur(scripts), calls/n, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
 }
 
 // nearLimit says, for a server whose command thread was busy share of the
 // time, when that thread is the bound: it runs every command, and it
 // shares the two cores with this process.
-func nearLimit(busy float64) string {
+func nearLimit(busy float64, unit string) string {
 	if busy < 0.75 {
 		return ""
 	}
-	return " - close to the most one thread does while it shares the cores with its clients: the server's CPU per pair sets the throughput"
+	return " - close to the most one thread does while it shares the cores with its clients: the server's CPU per " + unit + " sets the throughput"
 }
 
 // overFloors splits an uncontended pair's latency at the floor of the

@@ -61,7 +61,7 @@ func TestServerSplit(t *testing.T) {
 		Acquisitions: 1000, Wall: time.Second, ServerCPU: 0.040,
 		Commands: commandCalls{"evalsha": {Calls: 2000, Usec: 30000}, "set": {Calls: 4000, Usec: 6000}, "get": {Calls: 6000, Usec: 4000}},
 	}}
-	got := serverSplit("x", rounds)
+	got := serverSplit("x", "pair", firstMany(rounds))
 	for _, want := range []string{"one command thread 4.0% busy", "of 40µs of server CPU per pair", "the scripts ran 30µs", "the 10.0 commands in them 10µs of their own (SET 6µs, GET 4µs)", "the rest 20µs", "and 10µs went to reading"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("serverSplit = %q, want it to say %q", got, want)
@@ -71,11 +71,22 @@ func TestServerSplit(t *testing.T) {
 		t.Errorf("a thread 4%% busy called near its limit: %q", got)
 	}
 	rounds[0].ServerCPU = 0.8
-	if got := serverSplit("x", rounds); !strings.Contains(got, "80.0% busy - close to the most one thread does") {
+	if got := serverSplit("x", "pair", firstMany(rounds)); !strings.Contains(got, "80.0% busy - close to the most one thread does") {
 		t.Errorf("a thread 80%% busy: %q", got)
 	}
-	if got := serverSplit("x", nil); got != "" {
+	if got := serverSplit("x", "pair", firstMany(nil)); got != "" {
 		t.Errorf("no rounds: %q", got)
+	}
+	// A contended run: 500 acquisitions, the same window, per acquisition.
+	c := []contendedRound{{Acquisitions: 500, Wall: time.Second, ServerCPU: 0.1, TopCommands: rounds[0].Commands}}
+	got = serverSplit("y", "acquisition", firstContended(c))
+	for _, want := range []string{"one command thread 10.0% busy", "of 200µs of server CPU per acquisition", "the scripts ran 60µs", "the 20.0 commands in them 20µs", "and 140µs went to reading"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("contended serverSplit = %q, want it to say %q", got, want)
+		}
+	}
+	if got := serverSplit("y", "acquisition", firstContended(nil)); got != "" {
+		t.Errorf("no contended rounds: %q", got)
 	}
 }
 
