@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/fairlock/fairlock/lockbench"
@@ -165,6 +166,7 @@ func relPath(report, target string) string {
 // round runs every scenario once, every lock in turn, so that a slow
 // stretch of the machine spreads over all locks rather than one.
 func (b *bench) round(ctx context.Context, round int, res *results) {
+	kinds := b.inRound(round)
 	fail := func(what string, err error) {
 		msg := fmt.Sprintf("round %d: %s: %v", round, what, err)
 		logf("FAILED %s", msg)
@@ -190,7 +192,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		}
 		res.UncontendedBare = append(res.UncontendedBare, bare)
 	}
-	for _, k := range b.kinds {
+	for _, k := range kinds {
 		logf("round %d: uncontended: %s", round, k.name)
 		if r, err := b.uncontended(ctx, k); err != nil {
 			fail("uncontended "+k.name, err)
@@ -202,7 +204,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		}
 	}
 	for _, n := range b.set.Contenders {
-		for _, k := range b.kinds {
+		for _, k := range kinds {
 			if ctx.Err() != nil {
 				return
 			}
@@ -216,7 +218,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 			res.addContended(k.name, r)
 		}
 	}
-	for _, k := range b.kinds {
+	for _, k := range kinds {
 		if !k.fairlock {
 			continue
 		}
@@ -228,7 +230,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		logf("round %d: FIFO check: %s: %d violations in %d checked (%d snapshots)", round, k.name, r.FIFOViolations, r.FIFOChecked, r.FIFOSnapshots)
 		res.FIFO[k.name] = append(res.FIFO[k.name], r)
 	}
-	for _, k := range b.kinds {
+	for _, k := range kinds {
 		if ctx.Err() != nil {
 			return
 		}
@@ -240,7 +242,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 		logf("round %d: idle hand-over: %-16s p50 %v", round, k.name, r.Handover.P50)
 		res.Idle[k.name] = append(res.Idle[k.name], r)
 	}
-	for _, k := range b.kinds {
+	for _, k := range kinds {
 		if ctx.Err() != nil {
 			return
 		}
@@ -261,7 +263,7 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 			res.ManyBare = append(res.ManyBare, r)
 		}
 	}
-	for _, k := range b.kinds {
+	for _, k := range kinds {
 		if !k.fairlock || ctx.Err() != nil {
 			continue
 		}
@@ -295,6 +297,17 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 			round, r.Waiters, k.name, r.ServerCPU, r.ClientCPU.Round(time.Millisecond), r.Commands, r.Window.Round(time.Millisecond))
 		res.Waiters[k.name] = append(res.Waiters[k.name], r)
 	}
+}
+
+// inRound is the order the locks run in, round after round: as listed
+// in odd rounds, reversed in even ones, so that no lock always runs at the
+// same point of a round while the machine's speed drifts.
+func (b *bench) inRound(round int) []lockKind {
+	kinds := slices.Clone(b.kinds)
+	if round%2 == 0 {
+		slices.Reverse(kinds)
+	}
+	return kinds
 }
 
 // waiterKinds are the locks of the idle-waiter scenario: fairlock on its

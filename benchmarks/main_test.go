@@ -175,3 +175,22 @@ func TestClusterQuickRun(t *testing.T) {
 		t.Errorf("chart: %v", err)
 	}
 }
+
+func TestInRound(t *testing.T) {
+	b := &bench{kinds: []lockKind{{name: "a"}, {name: "b"}, {name: "c"}}}
+	names := func(ks []lockKind) string {
+		var s string
+		for _, k := range ks {
+			s += k.name
+		}
+		return s
+	}
+	for round, want := range map[int]string{1: "abc", 2: "cba", 3: "abc", 4: "cba"} {
+		if got := names(b.inRound(round)); got != want {
+			t.Errorf("round %d: %s, want %s", round, got, want)
+		}
+	}
+	if names(b.kinds) != "abc" {
+		t.Errorf("inRound changed the bench's own order: %s", names(b.kinds))
+	}
+}

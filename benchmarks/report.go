@@ -177,7 +177,7 @@ func renderReport(res *results, chartPath string) string {
 	r.p("loopback port without persistence). Generated on %s in %s; do not edit by hand.",
 		res.Meta.Date.Format("2006-01-02 15:04 UTC"), res.Meta.Elapsed.Round(time.Second))
 	r.p("Every figure is the median over %d rounds with the range in parentheses when the rounds differ;", set.Rounds)
-	r.p("each round runs every scenario for every lock in turn. The measuring code is package `lockbench`,")
+	r.p("each round runs every scenario for every lock in turn, the locks in the order listed in odd rounds and reversed in even ones. The measuring code is package `lockbench`,")
 	r.p("shared with `fairlock bench`. Raw figures: `benchmarks/results.json`.")
 	r.p("")
 	if len(res.Errors) > 0 {
