@@ -44,10 +44,10 @@ func (r *report) boundNote(what, kind string) string {
 			return fmt.Sprintf("**%s, %d contenders, throughput**: one acquisition every %s, of which the hand-over (p50 %s) is %s. "+
 				"A FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain). "+
 				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU (%s of CPU per acquisition against %s between acquisitions); %s. "+
-				"Every hand-over runs through redis-server's one command thread - the holder's unlock script grants the lock to the head and publishes the grant, and the new holder's Unlock is the next such script - and the other contenders' enqueues run on that thread in between: %s %s%s",
+				"Every hand-over runs through redis-server's one command thread - the holder's unlock script grants the lock to the head and publishes the grant, and the new holder's Unlock is the next such script - and the other contenders' enqueues run on that thread in between: %s%s",
 				kind, r.Settings.Headline, fmtDur(cycle), fmtDur(hand), fmtPct(hand/cycle),
 				scripts, fmtDur(serverCPU), fmtDur(clientCPU), fmtDur(serverCPU+clientCPU), fmtDur(cycle), cpuVerdict(ours, machine),
-				serverSplit(kind, "acquisition", firstContended(c)), serverSplit(reference, "acquisition", firstContended(r.headline(reference))), prof)
+				serverSplit(kind, "acquisition", firstContended(c)), prof)
 		case "handover":
 			f := r.FIFO[kind]
 			split := ""
