@@ -150,14 +150,14 @@ func (r *report) boundNote(what, kind string) string {
 		}
 		uc := r.uncontendedCosts()
 		run := uc[kind].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med
-		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s.%s Peers: %s.",
+		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s.%s %s Peers: %s.",
 			kind, q, fmtDur(pair(u)),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
 			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
 			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
 			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
-			r.overFloors(kind, q, pair),
+			r.overFloors(kind, q, pair), serverSplit(kind, "pair", firstUncontended(u, r.Settings.UncontendedOps)),
 			strings.Join(peers, "; "))
 	}
 	return ""
@@ -190,6 +190,16 @@ func firstContended(rounds []contendedRound) serverSample {
 	}
 	x := rounds[0]
 	return serverSample{x.Acquisitions, x.Wall, x.ServerCPU, x.TopCommands}
+}
+
+// firstUncontended is the server sample of an uncontended run's first
+// round, whose window made pairs Lock+Unlock pairs.
+func firstUncontended(rounds []uncontendedRound, pairs int) serverSample {
+	if len(rounds) == 0 {
+		return serverSample{}
+	}
+	x := rounds[0]
+	return serverSample{pairs, x.Wall, x.ServerCPU, x.Commands}
 }
 
 // serverSplit is a server-side profile of one window (first round), per

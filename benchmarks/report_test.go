@@ -88,6 +88,14 @@ func TestServerSplit(t *testing.T) {
 	if got := serverSplit("y", "acquisition", firstContended(nil)); got != "" {
 		t.Errorf("no contended rounds: %q", got)
 	}
+	// An uncontended window of 2,000 pairs: its round does not count them.
+	u := []uncontendedRound{{Wall: time.Second, ServerCPU: 0.1, Commands: rounds[0].Commands}}
+	got = serverSplit("z", "pair", firstUncontended(u, 2000))
+	for _, want := range []string{"of 50µs of server CPU per pair", "the scripts ran 15µs", "the 5.0 commands in them 5µs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("uncontended serverSplit = %q, want it to say %q", got, want)
+		}
+	}
 }
 
 func TestOverFloors(t *testing.T) {
