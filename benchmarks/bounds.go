@@ -155,7 +155,7 @@ func (r *report) boundNote(what, kind string) string {
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
 			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
 			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
-			durSpread(r.UncontendedFloor, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
+			durSpread(r.reportFloor(), func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
 			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
 			r.overFloors(kind, q, pair), serverSplit(kind, "pair", firstUncontended(u, r.Settings.UncontendedOps)),
 			strings.Join(peers, "; "))

@@ -125,6 +125,9 @@ func renderFrom(raw, out, chart string) error {
 	if err := readJSON(raw, &res); err != nil {
 		return err
 	}
+	if len(res.UncontendedFloor) > 0 && len(res.reportFloor()) == 0 {
+		res.ClientFloors = map[string][]lockbench.Latency{floorClients[0].name: res.UncontendedFloor}
+	}
 	return writeReport(&res, out, chart)
 }
 
@@ -183,7 +186,6 @@ func (b *bench) round(ctx context.Context, round int, res *results) {
 	if err != nil {
 		fail("uncontended, interleaved", err)
 	} else {
-		res.UncontendedFloor = append(res.UncontendedFloor, floors[floorClients[0].name])
 		if res.ClientFloors == nil {
 			res.ClientFloors = make(map[string][]lockbench.Latency)
 		}

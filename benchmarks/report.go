@@ -426,8 +426,8 @@ func (r *report) uncontended() {
 			alone(func(x uncontendedRound) time.Duration { return x.Pair.P50 }), alone(func(x uncontendedRound) time.Duration { return x.Pair.P99 }))
 	}
 	r.p("")
-	if len(r.UncontendedFloor) > 0 {
-		p50, p99 := pairCells(r.UncontendedFloor)
+	if floor := r.reportFloor(); len(floor) > 0 {
+		p50, p99 := pairCells(floor)
 		others := ""
 		for _, f := range floorClients[1:] {
 			if rounds := r.ClientFloors[f.name]; len(rounds) > 0 {

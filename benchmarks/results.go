@@ -20,13 +20,14 @@ type results struct {
 	Kinds       []kindInfo                    `json:"locks"`
 	Ping        []pingRound                   `json:"ping"`
 	Uncontended map[string][]uncontendedRound `json:"uncontended"`
-	// UncontendedFloor is scenario 1's floor on rueidis in each round: two
-	// empty scripts (floorClients), timed in the same turns as the locks.
-	UncontendedFloor []lockbench.Latency `json:"uncontended_floor,omitempty"`
-	// ClientFloors is the same floor on each client library fairlock runs
-	// on (floorClients, by fairlockAdapter.name, rueidis's included), in
-	// each round; raw files older than it have UncontendedFloor only.
+	// ClientFloors is scenario 1's floor on each client library fairlock
+	// runs on (floorClients, by fairlockAdapter.name) in each round: two
+	// empty scripts, timed in the same turns as the locks. The report's
+	// floor is rueidis's (reportFloor).
 	ClientFloors map[string][]lockbench.Latency `json:"uncontended_client_floors,omitempty"`
+	// UncontendedFloor is the rueidis floor as raw files older than
+	// ClientFloors have it; runs no longer write it (renderFrom moves it).
+	UncontendedFloor []lockbench.Latency `json:"uncontended_floor,omitempty"`
 	// UncontendedBare is fairlock's own two scripts sent without the lock
 	// package (bareScripts) in each round, timed in the same turns.
 	UncontendedBare []lockbench.Latency                 `json:"uncontended_bare,omitempty"`
@@ -61,6 +62,12 @@ func (r *results) addContended(kind string, c contendedRound) {
 		r.Contended[kind] = map[int][]contendedRound{}
 	}
 	r.Contended[kind][c.Contenders] = append(r.Contended[kind][c.Contenders], c)
+}
+
+// reportFloor is the floor the report compares with: rueidis's, the
+// first of floorClients.
+func (r *results) reportFloor() []lockbench.Latency {
+	return r.ClientFloors[floorClients[0].name]
 }
 
 type kindInfo struct {
