@@ -21,7 +21,7 @@ import (
 // lock.
 type Hold struct {
 	token    int64
-	acquired time.Time
+	acquired time.Time // when the client got the grant: hold durations count from here
 	done     chan struct{}
 	err      error // written once, before done is closed
 }

@@ -52,7 +52,8 @@
 //	fairlock.wakeup.count      acquire: wake-up messages and reconnects received
 //	fairlock.hold.count        hold count after the call (acquire; successful Unlock)
 //	fairlock.fencing.token     the hold's fencing token (acquired, reentered, lease lost)
-//	fairlock.hold.duration     release that ended the hold, and lease lost
+//	fairlock.hold.duration     release that ended the hold, and lease lost: from the grant
+//	                           (not the call that waited for it) to the release or loss
 //	error.type                 only on errors: lock_lost, client_closed, backend_closed,
 //	                           unexpected_reply, server_error, timeout, canceled, network,
 //	                           connection_closed, else the Go error type or _OTHER

@@ -198,7 +198,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	err = errors.Join(err, e)
 	o.holdDuration, e = meter.Float64Histogram(metricHoldDuration,
 		metric.WithUnit("s"),
-		metric.WithDescription("How long locks were held, from acquisition to release or loss."),
+		metric.WithDescription("How long locks were held, from the grant to release or loss."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	err = errors.Join(err, e)
 	o.leaseLost, e = meter.Int64Counter(metricLeaseLost,

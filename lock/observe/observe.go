@@ -63,8 +63,10 @@ type AcquireResult struct {
 type ReleaseResult struct {
 	Outcome   Outcome
 	Err       error
-	HoldCount int           // the owner's hold count left (Unlock)
-	Held      time.Duration // how long the hold lasted, when this call ended it
+	HoldCount int // the owner's hold count left (Unlock)
+	// Held is how long the hold lasted, from its grant (not from the
+	// call that waited for it), when this call ended it.
+	Held time.Duration
 }
 
 // Observer receives lock events for tracing and metrics. Package otel
@@ -77,8 +79,9 @@ type Observer interface {
 	StartAcquire(ctx context.Context, c Call) (context.Context, AcquireTracker)
 	// StartRelease is called when Unlock or ForceUnlock starts.
 	StartRelease(ctx context.Context, c Call) (context.Context, ReleaseTracker)
-	// HoldLost is called once when a hold ends without Unlock; err wraps
-	// lock.ErrLockLost and says why.
+	// HoldLost is called once when a hold ends without Unlock; held is
+	// how long it lasted, from the grant; err wraps lock.ErrLockLost and
+	// says why.
 	HoldLost(c Call, token int64, held time.Duration, err error)
 	// Renewed is called for every watchdog renewal; err is nil on success.
 	Renewed(c Call, err error)
