@@ -56,11 +56,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 	if _, err := other.TryLockWithLease(ctx, 0, time.Minute); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLock(ctx, 0) on a held lock = %v, want ErrNotAcquired", err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := other.Lock(ctx)
-		done <- err
-	}()
+	locked := goLock(t, ctx, other)
 	redistest.Eventually(t, 5*time.Second, "the waiter to queue", func() bool {
 		for _, p := range points(e.collect()["fairlock.waiter.count"]) {
 			if p.value == 1 {
@@ -75,14 +71,7 @@ func recordEveryMetric(t *testing.T, e *env, c *lock.Client) {
 			t.Fatalf("holder Unlock: %v", err)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("waiter Lock: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not get the lock")
-	}
+	locked()
 	if err := other.Unlock(ctx); err != nil {
 		t.Fatalf("waiter Unlock: %v", err)
 	}

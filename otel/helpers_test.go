@@ -177,6 +177,28 @@ func (e *env) mutex(c *lock.Client, name string) *lock.Mutex {
 	return m
 }
 
+// goLock starts m.Lock(ctx) beside the test, for a waiter; the returned
+// func waits for it to return (10 s at most) and fails the test unless it
+// got the lock.
+func goLock(t *testing.T, ctx context.Context, m *lock.Mutex) (locked func()) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx)
+		done <- err
+	}()
+	return func() {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("waiter Lock: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not get the lock")
+		}
+	}
+}
+
 // request starts a caller span, as a traced service's handler would.
 func (e *env) request() (context.Context, trace.Span) {
 	return e.caller.Start(context.Background(), "request")

@@ -28,24 +28,13 @@ func TestHoldDurationStartsAtTheGrant(t *testing.T) {
 			t.Fatalf("holder Lock: %v", err)
 		}
 		ctx, req := e.request()
-		locked := make(chan error, 1)
-		go func() {
-			_, err := waiter.Lock(ctx)
-			locked <- err
-		}()
+		locked := goLock(t, ctx, waiter)
 		redistest.Eventually(t, 5*time.Second, "the waiter to queue", func() bool { return e.waiters() == 1 })
 		time.Sleep(waitFor) // the holder's work, which the waiter waits for
 		if err := holder.Unlock(context.Background()); err != nil {
 			t.Fatalf("holder Unlock: %v", err)
 		}
-		select {
-		case err := <-locked:
-			if err != nil {
-				t.Fatalf("waiter Lock: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter did not get the lock")
-		}
+		locked()
 		before := e.heldReleased()
 		time.Sleep(holdFor) // the waiter's work under the lock
 		if err := waiter.Unlock(ctx); err != nil {

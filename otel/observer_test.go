@@ -264,11 +264,7 @@ func TestAcquireWoken(t *testing.T) {
 		}
 		waiter := e.mutex(waiterClient, "orders")
 		ctx, req := e.request()
-		done := make(chan error, 1)
-		go func() {
-			_, err := waiter.Lock(ctx)
-			done <- err
-		}()
+		locked := goLock(t, ctx, waiter)
 		redistest.Eventually(t, 5*time.Second, "fairlock.waiter.count = 1", func() bool { return e.waiters() == 1 })
 		if m := e.collect()["fairlock.waiter.count"]; m.Unit != "{waiter}" || m.Description == "" {
 			t.Errorf("fairlock.waiter.count unit %q description %q, want {waiter} and a description", m.Unit, m.Description)
@@ -288,14 +284,7 @@ func TestAcquireWoken(t *testing.T) {
 		if err := holder.Unlock(context.Background()); err != nil {
 			t.Fatalf("holder Unlock: %v", err)
 		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("waiter Lock: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("waiter did not get the lock")
-		}
+		locked()
 		req.End()
 
 		s := e.one("fairlock.acquire", req.SpanContext())
