@@ -66,9 +66,9 @@ func forceUnlockCommand(e env, do func(context.Context, adminConfig) error) *cob
 		name:  "force-unlock",
 		short: "release a lock whoever holds it; the next waiter gets it",
 		doc: `
-Releases lock NAME whoever holds it (Mutex.ForceUnlock, as Redisson's forceUnlock): the
-holder's hold ends at its next renewal or lock call (ErrLockLost), and the first waiter in
-the queue is woken and takes the lock. Waiters keep their places.`,
+Releases lock NAME whoever holds it (Mutex.ForceUnlock, as Redisson's forceUnlock): a
+fairlock holder's Hold ends within about a network delay (ErrLockLost), and the first
+waiter in the queue is woken and takes the lock. Waiters keep their places.`,
 		skip: func(rep inspectReport) string {
 			if !rep.Locked {
 				return fmt.Sprintf("lock %q is not held: nothing to force-unlock", rep.Name)
@@ -101,9 +101,9 @@ func deleteCommand(e env, do func(context.Context, adminConfig) error) *cobra.Co
 		short: "delete a lock's hash, queue and timeouts; the first waiter gets it",
 		doc: `
 Deletes the state of lock NAME (Mutex.Delete, as Redisson's delete): the lock hash, the
-queue and the waiters' timeouts. The holder's hold ends (ErrLockLost); the head waiter is
-woken and takes the lock, the other waiters queue again at their next heartbeat. The
-fencing counter is kept, so tokens never go backwards.`,
+queue and the waiters' timeouts. A fairlock holder's Hold ends within about a network delay
+(ErrLockLost); the head waiter is woken and takes the lock, the other waiters queue again
+at their next heartbeat. The fencing counter is kept, so tokens never go backwards.`,
 		skip: func(rep inspectReport) string {
 			if !rep.Exists {
 				return fmt.Sprintf("no keys for %q on this server: nothing to delete", rep.Key)
