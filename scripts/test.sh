@@ -51,6 +51,7 @@ GODEBUG=fips140=only go test -count=1 -run 'TestConformance$/rules/(B1|B2|B4|X7|
 GODEBUG=fips140=only go test -count=1 -run '^TestBadInput$' ./internal/faultsuite/
 GODEBUG=fips140=only go run ./cmd/fairlock demo >/dev/null
 (cd examples/outsidebackend && go vet ./... && go test -race -count=1 ./...)
+(cd examples/fencing && go vet ./... && go test -race -count=1 ./...)
 (cd benchmarks && go vet ./...)
 # A short run of each fuzz target (names and durations, X10 in RULES.md).
 # The budgets are counts of inputs, not durations: with a duration, Go
