@@ -298,6 +298,23 @@ func checkAttrs(t *testing.T, s tracetest.SpanStub, want map[attribute.Key]any) 
 	}
 }
 
+// checkWoken checks that an acquire span that waited records its
+// wake-ups: at least one fairlock.woken event, the first not a reconnect,
+// and fairlock.wakeup.count one per event.
+func checkWoken(t *testing.T, s tracetest.SpanStub) {
+	t.Helper()
+	woken := eventAttrs(s, "fairlock.woken")
+	if len(woken) == 0 {
+		t.Fatalf("no fairlock.woken event; events %v", s.Events)
+	}
+	if woken[0]["fairlock.wakeup.reconnect"].AsBool() {
+		t.Errorf("first wake-up has reconnect = true, want false")
+	}
+	if n := attrs(s)["fairlock.wakeup.count"].AsInt64(); n != int64(len(woken)) {
+		t.Errorf("fairlock.wakeup.count = %d, want %d (one per fairlock.woken event)", n, len(woken))
+	}
+}
+
 // collect reads the metrics recorded so far.
 func (e *env) collect() map[string]metricdata.Metrics {
 	e.t.Helper()

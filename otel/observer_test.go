@@ -294,16 +294,7 @@ func TestAcquireWoken(t *testing.T) {
 			"fairlock.queue.position": int64(1),
 			"fairlock.hold.count":     int64(1),
 		})
-		woken := eventAttrs(s, "fairlock.woken")
-		if len(woken) == 0 {
-			t.Fatalf("no fairlock.woken event; events %v", s.Events)
-		}
-		if woken[0]["fairlock.wakeup.reconnect"].AsBool() {
-			t.Errorf("first wake-up has reconnect = true, want false (an unlock message)")
-		}
-		if n := attrs(s)["fairlock.wakeup.count"].AsInt64(); n != int64(len(woken)) {
-			t.Errorf("fairlock.wakeup.count = %d, want %d (one per fairlock.woken event)", n, len(woken))
-		}
+		checkWoken(t, s)
 		if q := eventAttrs(s, "fairlock.queued"); len(q) != 1 || s.Events[0].Name != "fairlock.queued" {
 			t.Errorf("events %v, want fairlock.queued first and once", s.Events)
 		}
