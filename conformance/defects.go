@@ -113,13 +113,13 @@ func testB6ReenteredHandOver(t *testing.T, s *suite) {
 func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
 	name := lockName(t)
 	rc := s.newRedisson(t)
-	if err := rc.lock(name, 1).lockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	sp := s.newProc(t)
 	spy := sp.mutex(t, name)
 	jx := goAcquire(func() (*lock.Hold, error) {
-		_, err := rc.lock(name, 2).tryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
+		_, err := rc.Lock(name, 2).TryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
 		return nil, err
 	})
 	waitQueued(t, spy, 1)
@@ -141,7 +141,7 @@ func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
 		t.Fatalf("raw queue %v, want the left entry first, then the live waiter", raw.queue)
 	}
 	// Any Redisson script purges the dead head: here a barging tryLock().
-	if held, err := rc.lock(name, 3).tryLockOnce(ctxFor(t, eventually), time.Second); err != nil || held {
+	if held, err := rc.Lock(name, 3).TryLockOnce(ctxFor(t, eventually), time.Second); err != nil || held {
 		t.Fatalf("Redisson tryLock() = %t, %v; want false (held)", held, err)
 	}
 	if raw := readRaw(t, sp.b, name); !slices.Equal(raw.queue, []string{live.Owner()}) {
@@ -163,7 +163,7 @@ func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
 	if rep.Str != "" {
 		t.Errorf("fairlock's liveness zset still marks the dropped left entry (score %q) after a fairlock script ran", rep.Str)
 	}
-	if err := rc.lock(name, 1).unlock(ctxFor(t, eventually)); err != nil {
+	if err := rc.Lock(name, 1).Unlock(ctxFor(t, eventually)); err != nil {
 		t.Fatal(err)
 	}
 	for i, ch := range []<-chan result{wch, och} {
@@ -234,7 +234,7 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 	waitQueued(t, holder, 2)
 	rc := s.newRedisson(t)
 	jch := goAcquire(func() (*lock.Hold, error) {
-		_, err := rc.lock(name, 1).tryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
+		_, err := rc.Lock(name, 1).TryLock(ctxFor(t, eventually), 2*time.Second, time.Minute)
 		return nil, err
 	})
 	waitQueued(t, holder, 3)
@@ -243,7 +243,7 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 		t.Fatal(r.err)
 	}
 	lateC := s.newRedisson(t, withRedissonSlack(javaWait))
-	late := lateC.lock(name, 2)
+	late := lateC.Lock(name, 2)
 	if heartbeat {
 		// Two heartbeats: one may have run before the Redisson waiter left
 		// and be counted only now; the waiter sends the next after it.
@@ -264,18 +264,18 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 			return score > 0 && now > score+javaWait.Milliseconds()+100
 		})
 	}
-	lateCh := goAcquire(func() (*lock.Hold, error) { return nil, late.lockWithLease(ctxFor(t, 90*time.Second), 10*time.Second) })
+	lateCh := goAcquire(func() (*lock.Hold, error) { return nil, late.LockWithLease(ctxFor(t, 90*time.Second), 10*time.Second) })
 	// Its first acquire queues it; the second, once subscribed, finds it
 	// queued and returns the lock's PTTL: it then waits for a message or
 	// that long.
 	redistest.Eventually(t, eventually, "the late Redisson waiter to queue and subscribe", func() bool {
-		return lateC.count("redisson_acquire"+doneSuffix) >= 2
+		return lateC.Count("redisson_acquire"+doneSuffix) >= 2
 	})
 	raw := readRaw(t, hp.b, name)
-	if !slices.Contains(raw.queue, late.field) {
+	if !slices.Contains(raw.queue, late.Field) {
 		t.Fatalf("raw queue %v, want the late Redisson waiter in it", raw.queue)
 	}
-	now, score := serverNowAndScore(t, hp, name, late.field)
+	now, score := serverNowAndScore(t, hp, name, late.Field)
 	t.Logf("queue %v; the late Redisson waiter's deadline is %v from now", raw.queue, time.Duration(score-now)*time.Millisecond)
 	if heartbeat && score <= now {
 		t.Errorf("the late Redisson waiter queued behind a live fairlock waiter with a deadline %v in the past", time.Duration(now-score)*time.Millisecond)
@@ -293,7 +293,7 @@ func behindLeftEntry(t *testing.T, s *suite, heartbeat bool) {
 		t.Fatal(rl.err)
 	}
 	t.Logf("the late Redisson waiter took the lock %v after it was freed", rl.at.Sub(released).Round(time.Millisecond))
-	if err := late.unlock(ctxFor(t, eventually)); err != nil {
+	if err := late.Unlock(ctxFor(t, eventually)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -324,20 +324,20 @@ func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 		mu.Unlock()
 	}
 	java := func(rc *redissonClient, thread int64, who string) <-chan result {
-		j := rc.lock(name, thread)
+		j := rc.Lock(name, thread)
 		return goAcquire(func() (*lock.Hold, error) {
 			ctx := ctxFor(t, 60*time.Second)
-			if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
+			if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
 				return nil, err
 			}
 			record(who)
-			return nil, j.unlock(ctx)
+			return nil, j.Unlock(ctx)
 		})
 	}
 	head := s.newRedisson(t)
 	hch := java(head, 1, "Redisson head")
 	waitQueued(t, holder, 1)
-	headField := head.lock(name, 1).field
+	headField := head.Lock(name, 1).Field
 	// The head's Redisson deadline is its queueing time, plus the lock's
 	// TTL then, plus its 300 s wait: queue after that base and a waiter
 	// timeout.
@@ -408,7 +408,7 @@ func testX11MixedSoakDeadlines(t *testing.T, s *suite) {
 	}
 	for i := range 3 {
 		m := s.newProc(t, opts...).mutex(t, name)
-		j := s.newRedisson(t, withRedissonSlack(javaWait)).lock(name, int64(i+1))
+		j := s.newRedisson(t, withRedissonSlack(javaWait)).Lock(name, int64(i+1))
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -430,10 +430,10 @@ func testX11MixedSoakDeadlines(t *testing.T, s *suite) {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := j.lockWithLease(ctx, time.Second)
+				err := j.LockWithLease(ctx, time.Second)
 				if err == nil {
 					turn()
-					err = j.unlock(ctx)
+					err = j.Unlock(ctx)
 				}
 				cancel()
 				if err != nil {

@@ -75,14 +75,14 @@ func mixedQueue(t *testing.T, s *suite, javaWait, slackOpt time.Duration) {
 	}
 	var waiters []waiter
 	for i := range pairs {
-		j := rcs[i%2].lock(name, int64(100+i))
+		j := rcs[i%2].Lock(name, int64(100+i))
 		jl := fmt.Sprint("J", i)
 		waiters = append(waiters, waiter{jl, func(ctx context.Context) error {
-			if err := j.lockWithLease(ctx, time.Second); err != nil {
+			if err := j.LockWithLease(ctx, time.Second); err != nil {
 				return err
 			}
 			record(jl)
-			return j.unlock(ctx)
+			return j.Unlock(ctx)
 		}})
 		m := gps[i%2].mutex(t, name)
 		gl := fmt.Sprint("G", i)
@@ -139,11 +139,11 @@ func testX11DeadGoHead(t *testing.T, s *suite) {
 	goAcquire(func() (*lock.Hold, error) { return dead.Lock(ctxFor(t, eventually)) })
 	waitQueued(t, holder, 1)
 	rc := s.newRedisson(t)
-	j := rc.lock(name, 7)
-	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, 60*time.Second), 10*time.Second) })
+	j := rc.Lock(name, 7)
+	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.LockWithLease(ctxFor(t, 60*time.Second), 10*time.Second) })
 	waitQueued(t, holder, 2)
 	cb.crashed.Store(true)
-	before := rc.count("redisson_acquire")
+	before := rc.Count("redisson_acquire")
 	released := time.Now()
 	mustUnlock(t, holder)
 	r := await(t, jch, waiterTimeout+eventually, "Redisson waiter behind a dead fairlock head")
@@ -151,7 +151,7 @@ func testX11DeadGoHead(t *testing.T, s *suite) {
 		t.Fatal(r.err)
 	}
 	delay := r.at.Sub(released)
-	attempts := rc.count("redisson_acquire") - before
+	attempts := rc.Count("redisson_acquire") - before
 	rate := float64(attempts) / max(delay.Seconds(), 0.001)
 	if delay > 2*waiterTimeout+slack {
 		t.Errorf("the Redisson waiter acquired %v after the release, want within twice the waiter timeout (%v)", delay, waiterTimeout)
@@ -185,8 +185,8 @@ func deadGoHeadAfterJava(t *testing.T, s *suite, withLeft bool) {
 	)
 	name := lockName(t)
 	rc := s.newRedisson(t)
-	jh := rc.lock(name, 1)
-	if err := jh.lockWithLease(ctxFor(t, eventually), javaLease); err != nil {
+	jh := rc.Lock(name, 1)
+	if err := jh.LockWithLease(ctxFor(t, eventually), javaLease); err != nil {
 		t.Fatal(err)
 	}
 	spy := s.newProc(t).mutex(t, name)
@@ -209,8 +209,8 @@ func deadGoHeadAfterJava(t *testing.T, s *suite, withLeft bool) {
 		waitQueued(t, spy, queued)
 		giveUpLeft = func() { giveUp(t, lcancel, lch, "the fairlock waiter in the middle") }
 	}
-	j := rc.lock(name, 2)
-	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(ctxFor(t, eventually), 10*time.Second) })
+	j := rc.Lock(name, 2)
+	jch := goAcquire(func() (*lock.Hold, error) { return nil, j.LockWithLease(ctxFor(t, eventually), 10*time.Second) })
 	waitQueued(t, spy, queued+1)
 	if withLeft {
 		giveUpLeft()
@@ -220,7 +220,7 @@ func deadGoHeadAfterJava(t *testing.T, s *suite, withLeft bool) {
 	}
 	cb.crashed.Store(true)
 	released := time.Now()
-	if err := jh.unlock(ctxFor(t, eventually)); err != nil {
+	if err := jh.Unlock(ctxFor(t, eventually)); err != nil {
 		t.Fatal(err)
 	}
 	r := await(t, jch, javaLease+eventually, "Redisson waiter behind a dead fairlock head")
@@ -315,7 +315,7 @@ func testX15Keys(t *testing.T, s *suite) {
 		goAcquire(func() (*lock.Hold, error) { return waiter.Lock(ctxFor(t, eventually)) })
 		waitQueued(t, holder, 1)
 		wb.crashed.Store(true)
-		if err := s.newRedisson(t).lock(name, 1).delete(ctxFor(t, eventually)); err != nil {
+		if err := s.newRedisson(t).Lock(name, 1).Delete(ctxFor(t, eventually)); err != nil {
 			t.Fatal(err)
 		}
 		gone(t, name, "Redisson's delete() with a fairlock waiter queued")

@@ -27,32 +27,32 @@ func testX11Model(t *testing.T, s *suite) {
 	p := s.newProc(t)
 	probe := p.mutex(t, name)
 	rc := s.newRedisson(t)
-	j1, j2, j3 := rc.lock(name, 1), rc.lock(name, 2), rc.lock(name, 3)
+	j1, j2, j3 := rc.Lock(name, 1), rc.Lock(name, 2), rc.Lock(name, 3)
 	ctx := ctxFor(t, eventually)
-	if err := j1.lockWithLease(ctx, 5*time.Second); err != nil {
+	if err := j1.LockWithLease(ctx, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := j1.lockWithLease(ctx, 5*time.Second); err != nil {
+	if err := j1.LockWithLease(ctx, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	st, err := probe.Inspect(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Holders) != 1 || st.Holders[0].Owner != j1.field || st.Holders[0].Count != 2 {
-		t.Fatalf("holders %+v, want %s with count 2", st.Holders, j1.field)
+	if len(st.Holders) != 1 || st.Holders[0].Owner != j1.Field || st.Holders[0].Count != 2 {
+		t.Fatalf("holders %+v, want %s with count 2", st.Holders, j1.Field)
 	}
-	if ok, err := j2.tryLockOnce(ctx, 5*time.Second); err != nil || ok {
+	if ok, err := j2.TryLockOnce(ctx, 5*time.Second); err != nil || ok {
 		t.Fatalf("tryLock() while held = %v, %v", ok, err)
 	}
 	if n := queueLen(t, probe); n != 0 {
 		t.Fatalf("tryLock() queued (%d)", n)
 	}
 	jctx := ctxFor(t, 60*time.Second)
-	ch2 := goAcquire(func() (*lock.Hold, error) { return nil, j2.lockWithLease(jctx, 5*time.Second) })
+	ch2 := goAcquire(func() (*lock.Hold, error) { return nil, j2.LockWithLease(jctx, 5*time.Second) })
 	waitQueued(t, probe, 1)
 	ch3 := goAcquire(func() (*lock.Hold, error) {
-		ok, err := j3.tryLock(jctx, 20*time.Second, 5*time.Second)
+		ok, err := j3.TryLock(jctx, 20*time.Second, 5*time.Second)
 		if err == nil && !ok {
 			err = errors.New("tryLock gave up")
 		}
@@ -64,8 +64,8 @@ func testX11Model(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	// Score chain: j2 = PTTL + 300 s + now; j3 = j2's score + 20 s.
-	if len(st.Queue) != 2 || st.Queue[0].Owner != j2.field || st.Queue[1].Owner != j3.field {
-		t.Fatalf("queue %+v, want %s then %s", st.Queue, j2.field, j3.field)
+	if len(st.Queue) != 2 || st.Queue[0].Owner != j2.Field || st.Queue[1].Owner != j3.Field {
+		t.Fatalf("queue %+v, want %s then %s", st.Queue, j2.Field, j3.Field)
 	}
 	if left := st.Queue[0].Deadline.Sub(st.ServerTime); left < redissonSlack || left > redissonSlack+5*time.Second {
 		t.Errorf("lock() waiter's score is now + %v, want the lease left + 300 s", left)
@@ -74,12 +74,12 @@ func testX11Model(t *testing.T, s *suite) {
 		t.Errorf("tryLock(20 s) waiter's score is the previous one + %v, want + 20 s", d)
 	}
 	j3Before := st.Queue[1].Deadline
-	if err := j1.unlock(ctx); err != nil {
+	if err := j1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	mustNotArrive(t, ch2, 50*time.Millisecond, "waiter after the first of two unlocks")
 	released := time.Now()
-	if err := j1.unlock(ctx); err != nil {
+	if err := j1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r := await(t, ch2, eventually, "j2"); r.err != nil {
@@ -95,7 +95,7 @@ func testX11Model(t *testing.T, s *suite) {
 	if d := j3Before.Sub(st.Queue[0].Deadline); d != redissonSlack {
 		t.Errorf("j3's score went down by %v when j2 acquired, want 300 s", d)
 	}
-	if err := j2.unlock(ctx); err != nil {
+	if err := j2.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r := await(t, ch3, eventually, "j3"); r.err != nil {
@@ -105,41 +105,41 @@ func testX11Model(t *testing.T, s *suite) {
 	// while the hash is gone and someone else is first -> 0.
 	injectWaiter(t, p.b, name, "live-client:1", 10*time.Second)
 	injectWaiter(t, p.b, name, "stale-client:2", -time.Second)
-	j4 := rc.lock(name, 4)
-	if _, ttl, err := j4.tryAcquire(ctx, -1, time.Second); err != nil || ttl >= 0 {
+	j4 := rc.Lock(name, 4)
+	if _, ttl, err := j4.TryAcquire(ctx, -1, time.Second); err != nil || ttl >= 0 {
 		t.Errorf("enqueue behind a stale entry returned ttl %d, %v; want negative", ttl, err)
 	}
-	if err := j3.unlock(ctx); err != nil {
+	if err := j3.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ttl, err := j4.tryAcquire(ctx, -1, time.Second); err != nil || ttl != 0 {
+	if _, ttl, err := j4.TryAcquire(ctx, -1, time.Second); err != nil || ttl != 0 {
 		t.Errorf("queued, lock free, someone else first: ttl %d, %v; want 0", ttl, err)
 	}
-	if err := j1.unlock(ctx); err != nil {
+	if err := j1.Unlock(ctx); err != nil {
 		t.Errorf("unlock of a free lock by a non-holder: %v, want success (upstream quirk)", err)
 	}
-	if err := j4.delete(ctx); err != nil {
+	if err := j4.Delete(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A configured slack (fairLockWaitTimeout) is the wait of lock().
-	short := s.newRedisson(t, withRedissonSlack(5*time.Second)).lock(name, 5)
-	if err := j1.lockWithLease(ctx, 2*time.Second); err != nil {
+	short := s.newRedisson(t, withRedissonSlack(5*time.Second)).Lock(name, 5)
+	if err := j1.LockWithLease(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if held, _, err := short.tryAcquire(ctx, -1, time.Second); err != nil || held {
+	if held, _, err := short.TryAcquire(ctx, -1, time.Second); err != nil || held {
 		t.Fatalf("enqueue = %v, %v", held, err)
 	}
 	st, _ = probe.Inspect(ctx, 1)
 	if left := st.Queue[0].Deadline.Sub(st.ServerTime); left <= 5*time.Second || left > 7*time.Second {
 		t.Errorf("with a 5 s slack the score is now + %v, want the lease left (2 s) + 5 s", left)
 	}
-	if ok, err := short.forceUnlock(ctx); err != nil || !ok {
+	if ok, err := short.ForceUnlock(ctx); err != nil || !ok {
 		t.Errorf("forceUnlock = %v, %v", ok, err)
 	}
-	if ok, err := short.forceUnlock(ctx); err != nil || ok {
+	if ok, err := short.ForceUnlock(ctx); err != nil || ok {
 		t.Errorf("forceUnlock of a free lock = %v, %v", ok, err)
 	}
-	if err := short.delete(ctx); err != nil {
+	if err := short.Delete(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if raw := readRaw(t, p.b, name); raw.hashExists || len(raw.queue) != 0 || raw.timeouts != 0 {
@@ -152,7 +152,7 @@ func testX11Model(t *testing.T, s *suite) {
 func testX11Reads(t *testing.T, s *suite) {
 	name := lockName(t)
 	g := s.newProc(t).mutex(t, name)
-	j := s.newRedisson(t).lock(name, 7)
+	j := s.newRedisson(t).Lock(name, 7)
 	ctx := ctxFor(t, eventually)
 	h, err := g.LockWithLease(ctx, 10*time.Second)
 	if err != nil {
@@ -161,17 +161,17 @@ func testX11Reads(t *testing.T, s *suite) {
 	if _, err := g.LockWithLease(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := j.read(ctx)
+	rs, err := j.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rs.locked || rs.holdCount != 0 || rs.pttl <= 0 || rs.pttl > 10000 {
+	if !rs.Locked || rs.HoldCount != 0 || rs.PTTL <= 0 || rs.PTTL > 10000 {
 		t.Errorf("redisson reads a Go hold as %+v, want locked, own count 0, pttl in (0, 10 s]", rs)
 	}
-	if ok, err := j.tryLockOnce(ctx, time.Second); err != nil || ok {
+	if ok, err := j.TryLockOnce(ctx, time.Second); err != nil || ok {
 		t.Errorf("redisson tryLock() on a Go hold = %v, %v", ok, err)
 	}
-	if err := j.unlock(ctx); !errors.Is(err, errRedissonNotHeld) {
+	if err := j.Unlock(ctx); !errors.Is(err, errRedissonNotHeld) {
 		t.Errorf("redisson unlock of a Go hold: %v, want IllegalMonitorState", err)
 	}
 	if n, _ := g.HoldCount(ctx); n != 2 {
@@ -183,16 +183,16 @@ func testX11Reads(t *testing.T, s *suite) {
 		t.Errorf("Go hold: %v, want released", h.Err())
 	}
 
-	if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
+	if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
+	if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if held, err := g.IsHeldBy(ctx, j.field); err != nil || !held {
+	if held, err := g.IsHeldBy(ctx, j.Field); err != nil || !held {
 		t.Errorf("Go IsHeldBy(redisson thread) = %v, %v", held, err)
 	}
-	if st, err := g.Inspect(ctx, 0); err != nil || st.CountOf(j.field) != 2 || st.TTL <= 0 || st.TTL > 10*time.Second {
+	if st, err := g.Inspect(ctx, 0); err != nil || st.CountOf(j.Field) != 2 || st.TTL <= 0 || st.TTL > 10*time.Second {
 		t.Errorf("Go reads a redisson hold as %+v, %v; want count 2, TTL in (0, 10 s]", st, err)
 	}
 	if _, err := g.TryLockWithLease(ctx, 0, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
@@ -201,11 +201,11 @@ func testX11Reads(t *testing.T, s *suite) {
 	if err := g.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Go Unlock of a redisson hold: %v, want ErrNotHeld", err)
 	}
-	if rs, _ := j.read(ctx); rs.holdCount != 2 {
-		t.Errorf("redisson hold count %d after Go's attempts, want 2", rs.holdCount)
+	if rs, _ := j.Read(ctx); rs.HoldCount != 2 {
+		t.Errorf("redisson hold count %d after Go's attempts, want 2", rs.HoldCount)
 	}
 	for range 2 {
-		if err := j.unlock(ctx); err != nil {
+		if err := j.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -223,9 +223,9 @@ func testX11GoWakesRedisson(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	rc := s.newRedisson(t)
-	j := rc.lock(name, 1)
+	j := rc.Lock(name, 1)
 	jctx := ctxFor(t, 90*time.Second)
-	ch := goAcquire(func() (*lock.Hold, error) { return nil, j.lockWithLease(jctx, 10*time.Second) })
+	ch := goAcquire(func() (*lock.Hold, error) { return nil, j.LockWithLease(jctx, 10*time.Second) })
 	waitQueued(t, holder, 1)
 	released := time.Now()
 	mustUnlock(t, holder)
@@ -236,10 +236,10 @@ func testX11GoWakesRedisson(t *testing.T, s *suite) {
 	if d := r.at.Sub(released); d > slack {
 		t.Errorf("redisson waiter took %v after the Go unlock, want a wake-up", d)
 	}
-	if n := rc.count("redisson_acquire"); n > 5 {
+	if n := rc.Count("redisson_acquire"); n > 5 {
 		t.Errorf("redisson waiter ran its acquire script %d times: it polled instead of being woken", n)
 	}
-	if held, _ := holder.IsHeldBy(ctxFor(t, eventually), j.field); !held {
+	if held, _ := holder.IsHeldBy(ctxFor(t, eventually), j.Field); !held {
 		t.Error("redisson waiter does not hold after acquiring")
 	}
 }
@@ -249,8 +249,8 @@ func testX11GoWakesRedisson(t *testing.T, s *suite) {
 // watch the lock hash, so only the Redisson unlock's message can do it.
 func testX11RedissonWakesGo(t *testing.T, s *suite) {
 	name := lockName(t)
-	j := s.newRedisson(t).lock(name, 1)
-	if err := j.lockWithLease(ctxFor(t, eventually), 60*time.Second); err != nil {
+	j := s.newRedisson(t).Lock(name, 1)
+	if err := j.LockWithLease(ctxFor(t, eventually), 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	wp := s.newMessageOnlyProc(t, lock.WithWaiterTimeout(60*time.Second))
@@ -258,7 +258,7 @@ func testX11RedissonWakesGo(t *testing.T, s *suite) {
 	ch := goAcquire(func() (*lock.Hold, error) { return w.Lock(ctxFor(t, 90*time.Second)) })
 	waitQueued(t, w, 1)
 	released := time.Now()
-	if err := j.unlock(ctxFor(t, eventually)); err != nil {
+	if err := j.Unlock(ctxFor(t, eventually)); err != nil {
 		t.Fatal(err)
 	}
 	r := await(t, ch, eventually, "go waiter")
@@ -331,22 +331,22 @@ func testX11MutualExclusion(t *testing.T, s *suite) {
 			}
 			return nil
 		})
-		j := rcs[i%2].lock(name, int64(10+i))
+		j := rcs[i%2].Lock(name, int64(10+i))
 		workers = append(workers, func() error {
 			for r := range rounds {
 				var err error
 				if i < 2 {
-					err = j.lockWithLease(ctx, 3*time.Second)
-				} else if ok, terr := j.tryLock(ctx, 60*time.Second, 3*time.Second); terr != nil || !ok {
+					err = j.LockWithLease(ctx, 3*time.Second)
+				} else if ok, terr := j.TryLock(ctx, 60*time.Second, 3*time.Second); terr != nil || !ok {
 					err = fmt.Errorf("tryLock = %v, %v", ok, terr)
 				}
 				if err != nil {
 					return fmt.Errorf("redisson thread %d round %d: %w", i, r, err)
 				}
-				if err := ex.critical(ctx, j.field); err != nil {
+				if err := ex.critical(ctx, j.Field); err != nil {
 					return err
 				}
-				if err := j.unlock(ctx); err != nil {
+				if err := j.Unlock(ctx); err != nil {
 					return fmt.Errorf("redisson thread %d unlock: %w", i, err)
 				}
 			}
@@ -407,14 +407,14 @@ func testX11FIFO(t *testing.T, s *suite) {
 	}
 	var waiters []waiter
 	for i := range pairs {
-		j := rcs[i%2].lock(name, int64(100+i))
+		j := rcs[i%2].Lock(name, int64(100+i))
 		label := fmt.Sprint("redisson", i)
-		waiters = append(waiters, waiter{label, j.field, func(ctx context.Context) error {
-			if err := j.lockWithLease(ctx, 10*time.Second); err != nil {
+		waiters = append(waiters, waiter{label, j.Field, func(ctx context.Context) error {
+			if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
 				return err
 			}
 			record(label)
-			return j.unlock(ctx)
+			return j.Unlock(ctx)
 		}})
 		m := gps[i%2].mutex(t, name)
 		glabel := fmt.Sprint("go", i)

@@ -28,7 +28,7 @@ func testP9LongHoldMixed(t *testing.T, s *suite) {
 		s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name),
 		s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name),
 	}
-	j := s.newRedisson(t).lock(name, 1)
+	j := s.newRedisson(t).Lock(name, 1)
 	var (
 		mu    sync.Mutex
 		order []string
@@ -55,13 +55,13 @@ func testP9LongHoldMixed(t *testing.T, s *suite) {
 	}
 	jctx := ctxFor(t, 60*time.Second)
 	jch := goAcquire(func() (*lock.Hold, error) {
-		if err := j.lockWithLease(jctx, 30*time.Second); err != nil {
+		if err := j.LockWithLease(jctx, 30*time.Second); err != nil {
 			return nil, err
 		}
 		record("redisson")
-		return nil, j.unlock(jctx)
+		return nil, j.Unlock(jctx)
 	})
-	want = append(want, j.field)
+	want = append(want, j.Field)
 	waitQueued(t, holder, 3)
 	end := time.Now().Add(10 * waiterTimeout)
 	for time.Now().Before(end) {
@@ -99,9 +99,9 @@ func testP9LongHoldMixed(t *testing.T, s *suite) {
 func testP9RedissonLeaseExpiry(t *testing.T, s *suite) {
 	const lease = 800 * time.Millisecond
 	name := lockName(t)
-	j := s.newRedisson(t).lock(name, 1)
+	j := s.newRedisson(t).Lock(name, 1)
 	taken := time.Now()
-	if err := j.lockWithLease(ctxFor(t, eventually), lease); err != nil {
+	if err := j.LockWithLease(ctxFor(t, eventually), lease); err != nil {
 		t.Fatal(err)
 	}
 	waiter := s.newProc(t, lock.WithWaiterTimeout(60*time.Second)).mutex(t, name)
@@ -162,8 +162,8 @@ func testP9DeletedByHand(t *testing.T, s *suite) {
 	const waiterTimeout = 900 * time.Millisecond
 	name := lockName(t)
 	rc := s.newRedisson(t)
-	holder, behind := rc.lock(name, 1), rc.lock(name, 2)
-	if err := holder.lockWithLease(ctxFor(t, eventually), 60*time.Second); err != nil {
+	holder, behind := rc.Lock(name, 1), rc.Lock(name, 2)
+	if err := holder.LockWithLease(ctxFor(t, eventually), 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout))
@@ -171,7 +171,7 @@ func testP9DeletedByHand(t *testing.T, s *suite) {
 	hch := goAcquire(func() (*lock.Hold, error) { return head.Lock(ctxFor(t, 60*time.Second)) })
 	waitQueued(t, head, 1)
 	bctx := ctxFor(t, 60*time.Second)
-	bch := goAcquire(func() (*lock.Hold, error) { return nil, behind.lockWithLease(bctx, 30*time.Second) })
+	bch := goAcquire(func() (*lock.Hold, error) { return nil, behind.LockWithLease(bctx, 30*time.Second) })
 	waitQueued(t, head, 2)
 	deleted := time.Now()
 	evalRaw(t, p.b, `return redis.call('del', KEYS[1])`, []string{name})

@@ -446,7 +446,7 @@ func testX16HashChanged(t *testing.T, s *suite) {
 				evalRaw(t, hp.b, `return redis.call('del', KEYS[1])`, []string{name})
 			} else {
 				rc := s.newRedisson(t)
-				if ok, err := rc.lock(name, 1).forceUnlock(ctxFor(t, eventually)); err != nil || !ok {
+				if ok, err := rc.Lock(name, 1).ForceUnlock(ctxFor(t, eventually)); err != nil || !ok {
 					t.Fatalf("Redisson forceUnlock = %v, %v", ok, err)
 				}
 			}

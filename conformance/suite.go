@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
 )
@@ -229,7 +230,7 @@ func withoutKeyWatch(p *proc) *proc {
 var errLostReply = errors.New("conformance: simulated lost reply")
 
 // doneSuffix marks the counter of completed calls of a script.
-const doneSuffix = ".done"
+const doneSuffix = redisson.DoneSuffix
 
 func (b *countingBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
 	b.mu.Lock()
