@@ -364,6 +364,9 @@ func (w *waiter) awaitHolder() bool {
 	if heldHere && w.subbing == nil {
 		w.subscribeAt = time.Now().Add(localSubscribeDelay)
 	}
+	if ended {
+		w.woke(backend.Event{}) // a wake-up in process, before the head registered
+	}
 	return ended
 }
 
@@ -433,6 +436,7 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 		case e := <-w.watch.events():
 			return w.keyChanged(e), nil
 		case <-w.localWake():
+			w.woke(backend.Event{})
 			return wire.Message{}, nil // a hold of this client on the lock ended: attempt
 		case r := <-w.subbing.result():
 			if ok, err := w.subscribed(ctx, r); ok || err != nil {

@@ -49,7 +49,8 @@
 //	                           released, not_held, error on release
 //	fairlock.wait.duration     acquire: time from the call to its end
 //	fairlock.queue.position    acquire: 1-based position when first queued (absent if never queued)
-//	fairlock.wakeup.count      acquire: wake-up messages and reconnects received
+//	fairlock.wakeup.count      acquire: wake-ups - unlock messages, reconnects, and holds of
+//	                           the same client on the lock ending (in process)
 //	fairlock.hold.count        hold count after the call (acquire; successful Unlock)
 //	fairlock.fencing.token     the hold's fencing token (acquired, reentered, lease lost)
 //	fairlock.hold.duration     release that ended the hold, and lease lost: from the grant
@@ -64,7 +65,8 @@
 //
 // Events: fairlock.queued (fairlock.queue.position) when the owner joins
 // the queue, fairlock.woken (fairlock.wakeup.reconnect: true for a
-// subscription reconnect, false for an unlock message) on each wake-up,
+// subscription reconnect, false for an unlock message or a hold of the
+// same client ending, which wakes the waiter in process) on each wake-up,
 // and fairlock.lease.lost (fairlock.fencing.token, exception.message) on
 // the lease-lost span.
 //

@@ -54,7 +54,7 @@ type AcquireResult struct {
 	// Position is the 1-based queue position when the owner first queued,
 	// 0 if it never queued.
 	Position  int
-	Wakeups   int   // wake-up messages and reconnects received while waiting
+	Wakeups   int   // wake-ups while waiting: messages, reconnects, and holds of the same client ending
 	HoldCount int   // hold count after the call (0 unless acquired)
 	Token     int64 // fencing token of the hold (0 unless acquired)
 }
@@ -92,7 +92,8 @@ type AcquireTracker interface {
 	// Queued: the owner joined the queue at this 1-based position.
 	Queued(position int)
 	// Woken: a wake-up arrived while waiting; reconnect tells a reconnect
-	// of the subscription apart from an unlock message.
+	// of the subscription apart from an unlock message or, in process, the
+	// end of a hold of the same client on the lock.
 	Woken(reconnect bool)
 	// End: the call returns.
 	End(AcquireResult)
