@@ -1,0 +1,312 @@
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Bounds are the limits the checkers hold a history to. They are stated
+// in RULES.md; the soak's are wider than the figures RELIABILITY.md
+// measures, since a soak runs with the race detector on a loaded machine.
+type Bounds struct {
+	// Notice bounds how long after another owner's hold-ending call
+	// (ForceUnlock, Delete, a DEL by hand, Redisson's forceUnlock)
+	// returned a holder's Done may stay open, when the holder's client
+	// watches keys or the end was sent through fairlock's scripts.
+	Notice time.Duration
+	// Tick bounds the same for a DEL by hand or a Redisson forceUnlock
+	// seen by a client that watches no keys: the watchdog's tick, a
+	// third of the lease, plus Notice.
+	Tick time.Duration
+	// Return is the slack a call may take past its deadline.
+	Return time.Duration
+	// Close bounds Client.Close.
+	Close time.Duration
+}
+
+// DefaultBounds are the soak's bounds for a client lease.
+func DefaultBounds(lease time.Duration) Bounds {
+	return Bounds{Notice: time.Second, Tick: lease/3 + time.Second, Return: 300 * time.Millisecond, Close: 5 * time.Second}
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Check string        // the checker's name
+	Lock  string        // the lock it concerns ("" for none)
+	At    time.Duration // when it shows in the history
+	Text  string
+	Ops   []int // the operations involved
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s at %s on %q: %s", v.Check, ms(v.At), v.Lock, v.Text)
+}
+
+// Latency is one measured notice: how long after a hold-ending call
+// returned its holder's Done closed.
+type Latency struct {
+	Kind    Kind
+	Client  string
+	Watches bool
+	D       time.Duration
+}
+
+// Report is what the checkers found.
+type Report struct {
+	Violations []Violation
+	Notices    []Latency
+}
+
+// Check runs every checker over h.
+func Check(h *History, b Bounds) Report {
+	ops, holds, faults := h.Ops(), h.Holds(), h.Faults()
+	var r Report
+	r.Violations = append(r.Violations, checkTokens(ops)...)
+	r.Violations = append(r.Violations, checkExclusion(ops, holds, faults, b)...)
+	v, lat := checkNotices(ops, holds, faults, b)
+	r.Violations = append(r.Violations, v...)
+	r.Notices = lat
+	r.Violations = append(r.Violations, checkErrors(ops, faults)...)
+	r.Violations = append(r.Violations, checkReturns(ops, b)...)
+	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
+	return r
+}
+
+// checkTokens: on one lock, a new hold whose acquire was called after
+// another's returned has a larger fencing token, and no two holds share
+// one (mutual exclusion with fencing, in real-time order).
+func checkTokens(ops []*Op) []Violation {
+	var out []Violation
+	byLock := map[string][]*Op{}
+	for _, op := range ops {
+		if op.Kind.acquire() && !op.Java && op.Hold != nil && op.New {
+			byLock[op.Lock] = append(byLock[op.Lock], op)
+		}
+	}
+	for name, acq := range byLock {
+		seen := map[int64]*Op{}
+		for _, a := range acq {
+			if prev, dup := seen[a.Hold.Token]; dup {
+				out = append(out, Violation{"tokens", name, a.Return, fmt.Sprintf("token %d granted twice: %v and %v", a.Hold.Token, prev, a), []int{prev.ID, a.ID}})
+			}
+			seen[a.Hold.Token] = a
+		}
+		for _, a := range acq {
+			for _, b := range acq {
+				if a.Return < b.Call && a.Hold.Token >= b.Hold.Token {
+					out = append(out, Violation{"tokens", name, b.Return, fmt.Sprintf("token went backwards: %v then %v", a, b), []int{a.ID, b.ID}})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkExclusion: when an owner's acquire of a new hold returns, every
+// earlier hold of another Go owner on that lock has ended (Done closed or
+// its Unlock called) or ends within the notice bound: two owners never
+// believe they hold at once beyond the time the holder needs to be told.
+// A Java hold is held until its unlock is called or its lease has passed
+// or something ended it.
+func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
+	var out []Violation
+	for _, a := range ops {
+		if !a.Kind.acquire() || a.Hold == nil || !a.New {
+			continue
+		}
+		for _, h := range holds {
+			if h == a.Hold || h.Lock != a.Lock || h.Owner == a.Owner || h.Acquired >= a.Return {
+				continue
+			}
+			if h.Java {
+				if v, bad := javaStillHeld(ops, h, a); bad {
+					out = append(out, v)
+				}
+				continue
+			}
+			done, why := h.Done()
+			if u := h.Unlocking(); u > 0 && u < a.Return {
+				continue
+			}
+			bound := b.Tick // a DEL by hand reaches a client without key watches at the tick
+			if h.Watches {
+				bound = b.Notice
+			}
+			if done > 0 && done <= a.Return+bound {
+				continue
+			}
+			end := "still open at the end of the history"
+			if done > 0 {
+				end = fmt.Sprintf("closed only %s later (%s)", ms(done-a.Return), why)
+			}
+			out = append(out, Violation{"exclusion", a.Lock, a.Return,
+				fmt.Sprintf("%v was granted while %v; its Done %s", a, h, end), []int{a.ID}})
+		}
+	}
+	return out
+}
+
+// javaStillHeld reports a Java hold that a new acquire overlapped: the
+// Java owner had not called unlock, its lease had not passed, and no
+// hold-ending call on the lock had returned since its grant.
+func javaStillHeld(ops []*Op, h *Hold, a *Op) (Violation, bool) {
+	if u := h.Unlocking(); u > 0 && u < a.Return {
+		return Violation{}, false
+	}
+	if h.Acquired+h.Lease <= a.Return+50*time.Millisecond {
+		return Violation{}, false
+	}
+	for _, e := range ops {
+		if e.Kind.ends() && e.Lock == h.Lock && e.Call < a.Return && e.Return > h.Acquired-time.Second {
+			return Violation{}, false
+		}
+	}
+	return Violation{"exclusion", a.Lock, a.Return, fmt.Sprintf("%v was granted while Java's %v was held (lease %v)", a, h, h.Lease), []int{a.ID}}, true
+}
+
+// checkNotices: every Go hold that a hold-ending call (ForceUnlock,
+// Delete, DEL by hand, Redisson forceUnlock) ended has its Done closed
+// within the bound for that kind after the call returned; each notice's
+// latency is measured. A hold whose Unlock was called before the ending
+// call returned, or whose client or server had a fault then, is left out.
+func checkNotices(ops []*Op, holds []*Hold, faults []Fault, b Bounds) ([]Violation, []Latency) {
+	var out []Violation
+	var lat []Latency
+	for _, e := range ops {
+		if !e.Kind.ends() || e.Err != "" || !e.Released {
+			continue
+		}
+		for _, h := range holds {
+			if h.Java || h.Lock != e.Lock || h.Acquired >= e.Call {
+				continue
+			}
+			done, why := h.Done()
+			if done > 0 && done <= e.Call {
+				continue // ended before
+			}
+			if u := h.Unlocking(); u > 0 && u < e.Return {
+				continue
+			}
+			bound := b.Notice
+			byScript := e.Kind == KindForceUnlock || e.Kind == KindDelete
+			if !byScript && !h.Watches {
+				bound = b.Tick
+			}
+			if faultDuring(faults, h.Client, e.Call, e.Return+bound, 0) {
+				continue
+			}
+			if done == 0 || done > e.Return+bound {
+				end := "still open at the end of the history"
+				if done > 0 {
+					end = fmt.Sprintf("closed %s after it returned (%s)", ms(done-e.Return), why)
+				}
+				out = append(out, Violation{"notice", e.Lock, e.Return + bound,
+					fmt.Sprintf("%v ended %v; its Done %s, bound %v", e, h, end, bound), []int{e.ID}})
+				continue
+			}
+			d := done - e.Return
+			if d < 0 {
+				d = 0
+			}
+			lat = append(lat, Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: d})
+		}
+	}
+	return out, lat
+}
+
+// checkErrors: an error says what happened. One error never means both
+// "busy" and "unreachable"; ErrUnavailable only while a fault could have
+// kept the server out of reach.
+func checkErrors(ops []*Op, faults []Fault) []Violation {
+	var out []Violation
+	for _, op := range ops {
+		if op.NotAcq && op.Unavail {
+			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: the error says both not acquired and server unavailable", op), []int{op.ID}})
+			continue
+		}
+		if op.Unavail && !faultDuring(faults, op.Client, op.Call, op.Return, 2*time.Second) {
+			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: server unavailable, with no fault near the call", op), []int{op.ID}})
+		}
+	}
+	return out
+}
+
+// checkReturns: every call returns by its deadline, plus slack.
+func checkReturns(ops []*Op, b Bounds) []Violation {
+	var out []Violation
+	for _, op := range ops {
+		took := op.Return - op.Call
+		limit := op.Limit
+		if op.Kind == KindClose {
+			limit = b.Close
+		}
+		if limit > 0 && took > limit+b.Return {
+			out = append(out, Violation{"returns", op.Lock, op.Return, fmt.Sprintf("%v took %v, its limit %v", op, took.Round(time.Millisecond), limit), []int{op.ID}})
+		}
+	}
+	return out
+}
+
+// checkFIFO: a live Go waiter is not overtaken by an owner whose acquire
+// started after the waiter had queued. Left out: pairs with a fault on
+// the waiter's client or the server, a delete of the lock (its waiters
+// queue again) or a Close of the waiter's client in between.
+func checkFIFO(ops []*Op, faults []Fault) []Violation {
+	var out []Violation
+	for _, w := range ops {
+		if w.Java || !w.Kind.acquire() || w.Queued == 0 {
+			continue
+		}
+		for _, a := range ops {
+			if a == w || a.Lock != w.Lock || a.Owner == w.Owner || a.Hold == nil || !a.New {
+				continue
+			}
+			if queuedSince(ops, a) <= w.Queued+5*time.Millisecond || a.Return >= w.Return {
+				continue
+			}
+			if faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
+				continue
+			}
+			out = append(out, Violation{"fifo", w.Lock, a.Return,
+				fmt.Sprintf("%v overtook %v, which had queued first and was still waiting", a, w), []int{w.ID, a.ID}})
+		}
+	}
+	return out
+}
+
+// disturbed reports whether something between w's queueing and until
+// may reorder w legitimately: a delete of its lock, a Close of its
+// client.
+func disturbed(ops []*Op, w *Op, until time.Duration) bool {
+	for _, e := range ops {
+		if e.Call > until || e.Return < w.Queued {
+			continue
+		}
+		if e.Kind.resetsQueue() && e.Lock == w.Lock || e.Kind == KindClose && e.Client == w.Client {
+			return true
+		}
+	}
+	return false
+}
+
+// queuedSince returns the earliest time a's owner may have been queued
+// for a: its call, or the call of an earlier acquire of the owner that
+// failed with an error that may have left its entry queued (Redisson
+// leaves the queue only when tryLock gives up; fairlock's cleanup after
+// an error is best effort), back to the owner's last clean outcome.
+func queuedSince(ops []*Op, a *Op) time.Duration {
+	since := a.Call
+	for i := len(ops) - 1; i >= 0; i-- {
+		p := ops[i]
+		if p.Call >= since || p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() {
+			continue
+		}
+		if p.Err == "" || p.NotAcq {
+			break // held, or gave up cleanly
+		}
+		since = p.Call
+	}
+	return since
+}

@@ -1,0 +1,121 @@
+package soak
+
+import (
+	"testing"
+	"time"
+)
+
+// Each checker is shown, without a server, to pass a history that keeps
+// its promise and to fail one that breaks it.
+
+const msec = time.Millisecond
+
+func hold(lock, owner string, token int64, at time.Duration, done time.Duration) *Hold {
+	h := &Hold{Lock: lock, Owner: owner, Client: owner + "-client", Token: token, Acquired: at, Watches: true}
+	if done > 0 {
+		h.ended(done, nil)
+	}
+	return h
+}
+
+func acquire(h *History, hd *Hold, call time.Duration) *Op {
+	h.AddHold(hd)
+	return h.Add(&Op{Kind: KindLock, Lock: hd.Lock, Owner: hd.Owner, Client: hd.Client, Call: call, Return: hd.Acquired, Hold: hd, New: true})
+}
+
+func checks(h *History) map[string]int {
+	got := map[string]int{}
+	for _, v := range Check(h, DefaultBounds(15*time.Second)).Violations {
+		got[v.Check]++
+	}
+	return got
+}
+
+func TestCheckTokens(t *testing.T) {
+	good := NewHistory(1)
+	acquire(good, hold("L", "a", 1, 10*msec, 20*msec), 0)
+	acquire(good, hold("L", "b", 2, 40*msec, 50*msec), 30*msec)
+	if got := checks(good)["tokens"]; got != 0 {
+		t.Errorf("increasing tokens: %d violations", got)
+	}
+	bad := NewHistory(1)
+	acquire(bad, hold("L", "a", 2, 10*msec, 20*msec), 0)
+	acquire(bad, hold("L", "b", 1, 40*msec, 50*msec), 30*msec)
+	if got := checks(bad)["tokens"]; got == 0 {
+		t.Error("a token that went backwards passed")
+	}
+}
+
+func TestCheckExclusion(t *testing.T) {
+	h := NewHistory(1)
+	acquire(h, hold("L", "a", 1, 10*msec, 0), 0) // never told
+	acquire(h, hold("L", "b", 2, 40*msec, 50*msec), 30*msec)
+	if got := checks(h)["exclusion"]; got != 1 {
+		t.Errorf("a holder never told: %d exclusion violations, want 1", got)
+	}
+}
+
+func TestCheckNotices(t *testing.T) {
+	h := NewHistory(1)
+	late := hold("L", "a", 1, 10*msec, 3*time.Second)
+	acquire(h, late, 0)
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 110 * msec, Released: true})
+	prompt := hold("M", "a", 1, 10*msec, 130*msec)
+	acquire(h, prompt, 0)
+	h.Add(&Op{Kind: KindDelHash, Lock: "M", Call: 100 * msec, Return: 110 * msec, Released: true})
+	r := Check(h, DefaultBounds(15*time.Second))
+	n := 0
+	for _, v := range r.Violations {
+		if v.Check == "notice" {
+			n++
+			if v.Lock != "L" {
+				t.Errorf("notice violation on %s, want L: %v", v.Lock, v)
+			}
+		}
+	}
+	if n != 1 || len(r.Notices) != 1 || r.Notices[0].D != 20*msec {
+		t.Errorf("%d notice violations, notices %+v; want 1 violation and one notice of 20ms", n, r.Notices)
+	}
+	// A fault on the holder's client in the window excuses it.
+	h.AddFault(Fault{Kind: FaultPartition, Target: late.Client, Start: 50 * msec, End: 500 * msec})
+	if got := checks(h)["notice"]; got != 0 {
+		t.Errorf("with a partition of the holder: %d notice violations", got)
+	}
+}
+
+func TestCheckErrors(t *testing.T) {
+	h := NewHistory(1)
+	h.Add(&Op{Kind: KindTryOnce, Lock: "L", Client: "c", Call: 0, Return: msec, Err: "busy", NotAcq: true, Unavail: true})
+	h.Add(&Op{Kind: KindLock, Lock: "L", Client: "c", Call: 10 * time.Second, Return: 11 * time.Second, Err: "down", Unavail: true})
+	if got := checks(h)["errors"]; got != 2 {
+		t.Errorf("%d error violations, want 2", got)
+	}
+	h.AddFault(Fault{Kind: FaultPause, Target: "server", Start: 10 * time.Second, End: 11 * time.Second})
+	if got := checks(h)["errors"]; got != 1 {
+		t.Errorf("with the server paused: %d error violations, want 1 (the busy one)", got)
+	}
+}
+
+func TestCheckReturns(t *testing.T) {
+	h := NewHistory(1)
+	h.Add(&Op{Kind: KindLock, Lock: "L", Call: 0, Return: 1650 * msec, Limit: time.Second})
+	h.Add(&Op{Kind: KindLock, Lock: "L", Call: 0, Return: 1100 * msec, Limit: time.Second})
+	if got := checks(h)["returns"]; got != 1 {
+		t.Errorf("%d return violations, want 1", got)
+	}
+}
+
+func TestCheckFIFO(t *testing.T) {
+	h := NewHistory(1)
+	// w queued at 20ms and waits until 500ms; x starts at 100ms and is
+	// granted at 200ms: it overtook w.
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 10 * msec, Queued: 20 * msec, Return: 500 * msec})
+	acquire(h, hold("L", "x", 5, 200*msec, 300*msec), 100*msec)
+	if got := checks(h)["fifo"]; got != 1 {
+		t.Errorf("%d FIFO violations, want 1", got)
+	}
+	h.Add(&Op{Kind: KindDelete, Lock: "L", Call: 50 * msec, Return: 60 * msec})
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("after a Delete of the lock: %d FIFO violations, want 0", got)
+	}
+}

@@ -1,0 +1,290 @@
+// Package soak generates random workloads and faults against real
+// servers, records what every client saw, and checks each history against
+// the lock's promises (RULES.md; X20). scripts/soak.sh runs it.
+//
+// A history is a list of operations (one per call a workload actor made,
+// with its start and return on one monotonic clock), the holds those calls
+// returned with the moment each Hold's Done closed, and the faults the
+// nemesis injected. The checkers in check.go read only the history, so
+// they are tested without a server (check_test.go).
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Kind is what an operation did.
+type Kind string
+
+// Operation kinds. Acquires by Go owners carry the call's variant; Java
+// (Redisson model) operations are prefixed "java.".
+const (
+	KindLock        Kind = "Lock"
+	KindLockLease   Kind = "LockWithLease"
+	KindTryOnce     Kind = "TryLock(0)"
+	KindTryWait     Kind = "TryLock(wait)"
+	KindUnlock      Kind = "Unlock"
+	KindExtend      Kind = "Extend"
+	KindForceUnlock Kind = "ForceUnlock"
+	KindDelete      Kind = "Delete"
+	KindPrune       Kind = "PruneWaiters"
+	KindDelHash     Kind = "DEL hash"
+	KindClose       Kind = "Client.Close"
+
+	KindJavaLock        Kind = "java.lock"
+	KindJavaTryLock     Kind = "java.tryLock"
+	KindJavaUnlock      Kind = "java.unlock"
+	KindJavaForceUnlock Kind = "java.forceUnlock"
+	KindJavaDelete      Kind = "java.delete"
+)
+
+// acquire reports whether k is a Go or Java acquire.
+func (k Kind) acquire() bool {
+	switch k {
+	case KindLock, KindLockLease, KindTryOnce, KindTryWait, KindJavaLock, KindJavaTryLock:
+		return true
+	}
+	return false
+}
+
+// java reports whether k is a Redisson-model operation.
+func (k Kind) java() bool { return strings.HasPrefix(string(k), "java.") }
+
+// ends reports whether k ends whatever hold exists on its lock, for
+// anyone: a force unlock, a delete, a DEL by hand.
+func (k Kind) ends() bool {
+	switch k {
+	case KindForceUnlock, KindDelete, KindDelHash, KindJavaForceUnlock, KindJavaDelete:
+		return true
+	}
+	return false
+}
+
+// resetsQueue reports whether k may reorder or drop live waiters: a
+// delete removes the queue (its waiters queue again, in a new order).
+func (k Kind) resetsQueue() bool {
+	return k == KindDelete || k == KindJavaDelete
+}
+
+// Op is one call as its caller saw it. Times are since the history's
+// start.
+type Op struct {
+	ID     int
+	Kind   Kind
+	Lock   string // lock name ("" for Client.Close)
+	Owner  string // owner field; for an eviction, the caller's
+	Client string // the client's label (adapter and number)
+	Java   bool   // a Redisson-model owner
+
+	Call, Return time.Duration
+	Limit        time.Duration // the call must return within this (0: no limit checked)
+	Queued       time.Duration // when the observer said the owner queued (0: never)
+
+	Err      string // "" on success
+	NotAcq   bool   // the error matched ErrNotAcquired
+	Unavail  bool   // the error matched ErrUnavailable
+	Lost     bool   // the error matched ErrLockLost
+	NotHeld  bool   // the error matched ErrNotHeld
+	Canceled bool   // the caller's context ended
+	Released bool   // ForceUnlock/Delete reported it removed something
+
+	// Hold is the hold an acquire returned (nil: none), or the hold an
+	// Unlock or Extend acted on.
+	Hold *Hold
+	New  bool // the acquire started a new hold (not a re-entry)
+}
+
+// Hold is one hold from grant to end, as its owner saw it.
+type Hold struct {
+	Lock, Owner, Client string
+	Java                bool
+	Token               int64 // 0 for Java holds
+	Acquired            time.Duration
+	Lease               time.Duration // a fixed lease (0: the watchdog's)
+	Watches             bool          // the client watches keys (a DEL by hand is noticed at once)
+
+	mu        sync.Mutex
+	done      time.Duration // when Done closed (0: still open)
+	doneErr   string
+	unlocking time.Duration // when the owner's last Unlock was called (0: never)
+}
+
+// ended records that Done closed at d with err.
+func (h *Hold) ended(d time.Duration, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == 0 {
+		h.done = d
+		if err != nil {
+			h.doneErr = err.Error()
+		}
+	}
+}
+
+// releasing records that the owner's last Unlock was called at d.
+func (h *Hold) releasing(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unlocking == 0 {
+		h.unlocking = d
+	}
+}
+
+// Done returns when Done closed (0: open at the end of the history) and
+// why.
+func (h *Hold) Done() (time.Duration, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done, h.doneErr
+}
+
+// Unlocking returns when the owner's last Unlock was called (0: never).
+func (h *Hold) Unlocking() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unlocking
+}
+
+func (h *Hold) String() string {
+	done, why := h.Done()
+	end := "open"
+	if done > 0 {
+		end = fmt.Sprintf("done %s (%s)", ms(done), why)
+	}
+	return fmt.Sprintf("hold %s token %d by %s@%s from %s, %s", h.Lock, h.Token, short(h.Owner), h.Client, ms(h.Acquired), end)
+}
+
+// FaultKind names what the nemesis did.
+type FaultKind string
+
+// Faults.
+const (
+	FaultLatency   FaultKind = "latency"
+	FaultPartition FaultKind = "partition"
+	FaultReset     FaultKind = "reset"
+	FaultPause     FaultKind = "pause"
+	FaultRestart   FaultKind = "restart"
+)
+
+// Fault is one fault, on one client's connection or (Target "server")
+// on the server.
+type Fault struct {
+	Kind       FaultKind
+	Target     string
+	Start, End time.Duration
+}
+
+// History is everything a run recorded. It is safe for concurrent use
+// while recording.
+type History struct {
+	Seed  uint64
+	start time.Time
+
+	mu     sync.Mutex
+	ops    []*Op
+	holds  []*Hold
+	faults []Fault
+}
+
+// NewHistory starts a history now.
+func NewHistory(seed uint64) *History { return &History{Seed: seed, start: time.Now()} }
+
+// Now is the history's clock.
+func (h *History) Now() time.Duration { return time.Since(h.start) }
+
+// Add records op and returns it with its ID.
+func (h *History) Add(op *Op) *Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op.ID = len(h.ops)
+	h.ops = append(h.ops, op)
+	return op
+}
+
+// AddHold records a new hold.
+func (h *History) AddHold(hd *Hold) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holds = append(h.holds, hd)
+}
+
+// AddFault records a fault.
+func (h *History) AddFault(f Fault) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults = append(h.faults, f)
+}
+
+// Ops returns the operations by call time.
+func (h *History) Ops() []*Op {
+	h.mu.Lock()
+	ops := append([]*Op(nil), h.ops...)
+	h.mu.Unlock()
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	return ops
+}
+
+// Holds returns the holds by grant time.
+func (h *History) Holds() []*Hold {
+	h.mu.Lock()
+	hs := append([]*Hold(nil), h.holds...)
+	h.mu.Unlock()
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
+	return hs
+}
+
+// Faults returns the faults by start.
+func (h *History) Faults() []Fault {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Fault(nil), h.faults...)
+}
+
+// faultDuring reports whether a fault on target (or on the server)
+// overlapped [from, to], widened by margin.
+func faultDuring(faults []Fault, target string, from, to, margin time.Duration) bool {
+	for _, f := range faults {
+		if f.Target != "server" && f.Target != target && target != "" {
+			continue
+		}
+		if f.Start <= to+margin && f.End+margin >= from {
+			return true
+		}
+	}
+	return false
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
+
+// short shortens an owner field "<uuid>:<n>" to "<uuid[:8]>:<n>".
+func short(field string) string {
+	if i := strings.LastIndexByte(field, ':'); i > 8 {
+		return field[:8] + field[i:]
+	}
+	return field
+}
+
+func (op *Op) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d [%s, %s] %s %s by %s@%s", op.ID, ms(op.Call), ms(op.Return), op.Kind, op.Lock, short(op.Owner), op.Client)
+	if op.Hold != nil && op.Kind.acquire() {
+		fmt.Fprintf(&b, " -> token %d", op.Hold.Token)
+		if !op.New {
+			b.WriteString(" (re-entry)")
+		}
+	}
+	if op.Queued > 0 {
+		fmt.Fprintf(&b, " queued at %s", ms(op.Queued))
+	}
+	if op.Err != "" {
+		fmt.Fprintf(&b, " err=%q", op.Err)
+	}
+	if op.Kind.ends() {
+		fmt.Fprintf(&b, " removed=%v", op.Released)
+	}
+	return b.String()
+}

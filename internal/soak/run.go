@@ -1,0 +1,364 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/redisson"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is one soak run.
+type Config struct {
+	Seed     uint64
+	Duration time.Duration
+	// Adapters to mix; default all of Adapters.
+	Adapters []Adapter
+	// Lease is the Go clients' lease (default 15 s: the watchdog ticks
+	// every 5 s, so a notice that only the tick delivers shows).
+	Lease time.Duration
+	// Faults turns the nemesis on (default on unless NoFaults).
+	NoFaults bool
+	// Java mixes Redisson-model owners into the queues (default on
+	// unless NoJava).
+	NoJava bool
+}
+
+// Result is a run's history, report and counts.
+type Result struct {
+	History *History
+	Report  Report
+	Ops     int
+	Faults  map[FaultKind]int
+}
+
+// names: three locks shared by every client and Java; one private lock
+// per Go client, used by one owner only.
+var sharedNames = []string{"soak:s0", "soak:s1", "soak:s2"}
+
+// privateNames are client i's locks that one owner each uses: a client
+// often holds several locks at once.
+func privateNames(i int) []string {
+	return []string{fmt.Sprintf("soak:p%d.0", i), fmt.Sprintf("soak:p%d.1", i), fmt.Sprintf("soak:p%d.2", i)}
+}
+
+// Run runs one soak on a new redis-server and checks its history. It
+// must be called from the test's goroutine (the nemesis drives the
+// server from there).
+func Run(t *testing.T, cfg Config) Result {
+	if cfg.Lease == 0 {
+		cfg.Lease = 15 * time.Second
+	}
+	if cfg.Adapters == nil {
+		cfg.Adapters = Adapters
+	}
+	srv := redistest.Start(t, redistest.WithAOF())
+	h := NewHistory(cfg.Seed)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer admin.Close()
+
+	rec := &recorder{h: h}
+	var clients []*goClient
+	proxies := map[string]*redistest.Proxy{}
+	for i, a := range cfg.Adapters {
+		p := redistest.StartProxy(t, srv.Addr())
+		c := &goClient{label: label(a, i), adapter: a, addr: p.Addr(), rec: rec,
+			opts: []lock.Option{lock.WithLease(cfg.Lease)}}
+		if err := c.open(); err != nil {
+			t.Fatalf("soak: client %s: %v", c.label, err)
+		}
+		proxies[c.label] = p
+		clients = append(clients, c)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	loop := func(step func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				step(ctx)
+			}
+		}()
+	}
+	var owners []*goOwner
+	for i, c := range clients {
+		names := append(append([]string{}, sharedNames...), privateNames(i)...)
+		for k, name := range names {
+			o := &goOwner{id: int64(100 + k), name: name, c: c, h: h, lease: cfg.Lease,
+				rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
+			owners = append(owners, o)
+			loop(o.step)
+		}
+	}
+	var javas []*javaOwner
+	if !cfg.NoJava {
+		jp := redistest.StartProxy(t, srv.Addr())
+		proxies["java"] = jp
+		for i := range 2 {
+			jb, err := Adapters[0].Dial(jp.Addr())
+			if err != nil {
+				t.Fatalf("soak: java backend: %v", err)
+			}
+			defer jb.Close()
+			jc, err := redisson.New(jb.(redisson.Backend), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, name := range sharedNames {
+				j := &javaOwner{l: jc.Lock(name, int64(k+1)), name: name, h: h,
+					rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(1000+i*16+k)))}
+				javas = append(javas, j)
+				loop(j.step)
+			}
+		}
+	}
+	ad := &adminActor{h: h, clients: clients, raw: admin, rnd: rand.New(rand.NewPCG(cfg.Seed, 7)), javas: javas}
+	loop(ad.step)
+
+	nm := &nemesis{t: t, h: h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+	end := time.Now().Add(cfg.Duration)
+	for time.Now().Before(end) {
+		if cfg.NoFaults {
+			time.Sleep(time.Until(end)) // the run's length is the workload
+			break
+		}
+		nm.step(time.Until(end))
+	}
+	stop()
+	wg.Wait()
+	quiesce(h, owners, clients)
+	res := Result{History: h, Faults: nm.count}
+	res.Report = Check(h, DefaultBounds(cfg.Lease))
+	res.Report.Violations = append(res.Report.Violations, leftovers(t, admin, h, clients)...)
+	res.Ops = len(h.Ops())
+	return res
+}
+
+// quiesce releases every hold and closes every client, recording the
+// Closes.
+func quiesce(h *History, owners []*goOwner, clients []*goClient) {
+	ctx := context.Background()
+	for _, o := range owners {
+		for o.lh != nil && o.lh.Err() == nil && o.count > 0 {
+			m, err := o.mutex()
+			if err != nil {
+				break
+			}
+			o.unlock(ctx, m)
+		}
+	}
+	for _, c := range clients {
+		closeClient(h, c, false)
+	}
+}
+
+// closeClient closes c's lock.Client, recording the call, and opens a
+// new one when reopen.
+func closeClient(h *History, c *goClient, reopen bool) {
+	op := &Op{Kind: KindClose, Client: c.label}
+	op.Call = h.Now()
+	if err := c.client().Close(); err != nil && !strings.Contains(err.Error(), "closed") {
+		op.Err = err.Error()
+	}
+	op.Return = h.Now()
+	h.Add(op)
+	if reopen {
+		if err := c.open(); err != nil {
+			op.Err = "reopen: " + err.Error()
+		}
+	}
+}
+
+// adminActor runs the calls that end other owners' holds, and the rest
+// of the operator's repertoire.
+type adminActor struct {
+	h       *History
+	clients []*goClient
+	raw     *redis.Client
+	rnd     *rand.Rand
+	javas   []*javaOwner
+	n       int64
+}
+
+func (a *adminActor) step(ctx context.Context) {
+	pause(ctx, a.rnd, 1200*time.Millisecond)
+	if ctx.Err() != nil {
+		return
+	}
+	names := a.names()
+	c := a.clients[a.rnd.IntN(len(a.clients))]
+	switch r := a.rnd.IntN(20); {
+	case r < 6:
+		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindForceUnlock)
+	case r < 8:
+		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindDelHash)
+	case r < 12:
+		// A burst: every lock at once, as an operator clearing a client's
+		// locks would.
+		var wg sync.WaitGroup
+		for _, name := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.evict(ctx, c, name, KindForceUnlock)
+			}()
+		}
+		wg.Wait()
+	case r < 13:
+		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindDelete)
+	case r < 15:
+		a.prune(ctx, c, sharedNames[a.rnd.IntN(len(sharedNames))])
+	case r < 16 && len(a.javas) > 0:
+		j := a.javas[a.rnd.IntN(len(a.javas))]
+		op := &Op{Kind: KindJavaDelete, Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Released: true}
+		op.Call = a.h.Now()
+		if err := j.l.Delete(ctx); err != nil {
+			op.Err = err.Error()
+		}
+		op.Return = a.h.Now()
+		a.h.Add(op)
+	case r < 17:
+		closeClient(a.h, c, true)
+	}
+}
+
+func (a *adminActor) names() []string {
+	names := append([]string{}, sharedNames...)
+	for i := range a.clients {
+		names = append(names, privateNames(i)...)
+	}
+	return names
+}
+
+// evict ends whatever hold name has: ForceUnlock, Delete (through a new
+// owner of client c) or a DEL of the hash by hand.
+func (a *adminActor) evict(ctx context.Context, c *goClient, name string, kind Kind) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	op := &Op{Kind: kind, Lock: name, Client: c.label, Limit: 2 * time.Second}
+	if kind == KindDelHash {
+		op.Client = "raw"
+		op.Call = a.h.Now()
+		n, err := a.raw.Del(cctx, name).Result()
+		op.Return = a.h.Now()
+		op.Released = n == 1
+		if err != nil {
+			op.Err = err.Error()
+		}
+		a.h.Add(op)
+		return
+	}
+	m, err := c.client().NewMutex(name)
+	if err != nil {
+		return
+	}
+	op.Owner = m.Owner()
+	op.Call = a.h.Now()
+	if kind == KindDelete {
+		op.Released, err = m.Delete(cctx)
+	} else {
+		op.Released, err = m.ForceUnlock(cctx)
+	}
+	op.Return = a.h.Now()
+	classify(op, err, ctx)
+	a.h.Add(op)
+}
+
+func (a *adminActor) prune(ctx context.Context, c *goClient, name string) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	op := &Op{Kind: KindPrune, Lock: name, Client: c.label, Limit: 2 * time.Second}
+	op.Call = a.h.Now()
+	_, err := c.client().PruneWaiters(cctx, name)
+	op.Return = a.h.Now()
+	classify(op, err, ctx)
+	a.h.Add(op)
+}
+
+// nemesis injects one fault at a time, on one client's proxy or on the
+// server.
+type nemesis struct {
+	t       *testing.T
+	h       *History
+	srv     *redistest.Server
+	proxies map[string]*redistest.Proxy
+	rnd     *rand.Rand
+	count   map[FaultKind]int
+}
+
+// step waits a little, then runs one fault, never past left.
+func (n *nemesis) step(left time.Duration) {
+	if n.count == nil {
+		n.count = map[FaultKind]int{}
+	}
+	quiet := time.Duration(2000+n.rnd.IntN(4000)) * time.Millisecond
+	if quiet >= left {
+		time.Sleep(left)
+		return
+	}
+	time.Sleep(quiet) // the quiet time between faults is the schedule, not a synchronisation
+	targets := make([]string, 0, len(n.proxies))
+	for name := range n.proxies {
+		targets = append(targets, name)
+	}
+	slices.Sort(targets)
+	target := targets[n.rnd.IntN(len(targets))]
+	p := n.proxies[target]
+	d := time.Duration(200+n.rnd.IntN(2000)) * time.Millisecond
+	f := Fault{Target: target, Start: n.h.Now()}
+	switch r := n.rnd.IntN(10); {
+	case r < 3:
+		f.Kind = FaultLatency
+		p.SetLatency(time.Duration(5+n.rnd.IntN(100)) * time.Millisecond)
+		time.Sleep(d)
+		p.SetLatency(0)
+	case r < 5:
+		f.Kind = FaultPartition
+		p.Blackhole(true)
+		time.Sleep(d)
+		p.Blackhole(false)
+	case r < 7:
+		f.Kind = FaultReset
+		p.ResetAll()
+	case r < 9:
+		f.Kind, f.Target = FaultPause, "server"
+		n.srv.Pause(n.t)
+		time.Sleep(d / 2)
+		n.srv.Resume(n.t)
+	default:
+		f.Kind, f.Target = FaultRestart, "server"
+		n.srv.Kill(n.t)
+		n.srv.Restart(n.t)
+	}
+	f.End = n.h.Now()
+	n.h.AddFault(f)
+	n.count[f.Kind]++
+}
+
+// leftovers checks the server at quiescence: no queue, timeout or
+// liveness entry of a Go owner (every Go client is closed), and every key
+// has an expiry.
+func leftovers(t *testing.T, raw *redis.Client, h *History, clients []*goClient) []Violation {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []Violation
+	keys, err := raw.Keys(ctx, "*").Result()
+	if err != nil {
+		return []Violation{{Check: "leftovers", At: h.Now(), Text: "KEYS: " + err.Error()}}
+	}
+	for _, k := range keys {
+		if ttl, err := raw.PTTL(ctx, k).Result(); err == nil && ttl == -1 {
+			out = append(out, Violation{Check: "leftovers", Lock: k, At: h.Now(), Text: fmt.Sprintf("key %s has no expiry", k)})
+		}
+	}
+	return out
+}

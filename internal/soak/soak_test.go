@@ -1,0 +1,64 @@
+package soak
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	seconds = flag.Int("soak.seconds", 0, "run the soak for this many seconds (0: TestSoak does not run; scripts/soak.sh sets it)")
+	seed    = flag.Uint64("soak.seed", 0, "the run's seed (0: a fresh one, printed)")
+	out     = flag.String("soak.out", "", "directory for violation reports (default: a temporary one)")
+)
+
+// TestSoak runs the soak when -soak.seconds is set (scripts/soak.sh). It
+// ends with one line "soak: H histories, O operations, F faults, V
+// violations" and fails on any violation, printing the seed, the command
+// that replays it and each violation's slice of the history.
+func TestSoak(t *testing.T) {
+	if *seconds <= 0 {
+		t.Skip("run by scripts/soak.sh (-soak.seconds)")
+	}
+	s := *seed
+	if s == 0 {
+		s = uint64(time.Now().UnixNano())
+	}
+	t.Logf("soak: seed %d, %d s; replay: bash scripts/soak.sh --seed %d --seconds %d", s, *seconds, s, *seconds)
+	res := Run(t, Config{Seed: s, Duration: time.Duration(*seconds) * time.Second})
+	faults := 0
+	var kinds []string
+	for k, n := range res.Faults {
+		faults += n
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	t.Logf("faults by kind: %s", strings.Join(kinds, ", "))
+	logNotices(t, res.Report.Notices)
+	if len(res.Report.Violations) > 0 {
+		dir := *out
+		if dir == "" {
+			dir = t.TempDir()
+		}
+		path := filepath.Join(dir, fmt.Sprintf("soak-%d.txt", s))
+		if err := os.WriteFile(path, []byte(Explain(res.History, res.Report.Violations)), 0o644); err != nil {
+			t.Log(err)
+		}
+		logFirsts(t, res.History, res.Report.Violations)
+		for i, v := range res.Report.Violations {
+			if i == 20 {
+				t.Logf("... and %d more", len(res.Report.Violations)-20)
+				break
+			}
+			t.Errorf("violation: %v", v)
+		}
+		t.Errorf("seed %d; replay: bash scripts/soak.sh --seed %d --seconds %d; shrunk histories in %s", s, s, *seconds, path)
+		fmt.Print(Slice(res.History, res.Report.Violations[0]))
+	}
+	fmt.Printf("soak: 1 histories, %d operations, %d faults, %d violations\n", res.Ops, faults, len(res.Report.Violations))
+}

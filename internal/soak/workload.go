@@ -1,0 +1,362 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/goredisbackend"
+	"github.com/fairlock/fairlock/internal/redisson"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/observe"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/fairlock/fairlock/valkeybackend"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Adapter is one way to build a backend, with whether its backends
+// watch keys.
+type Adapter struct {
+	Name    string
+	Watches bool
+	Dial    func(addr string) (backend.Backend, error)
+}
+
+// Adapters are the client libraries and modes the soak mixes: rueidis
+// with and without client-side caching, valkey-go, go-redis made by Dial
+// and by New.
+var Adapters = []Adapter{
+	{"rueidis", true, func(addr string) (backend.Backend, error) {
+		return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{addr}})
+	}},
+	{"rueidis-nocache", false, func(addr string) (backend.Backend, error) {
+		return rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	}},
+	{"valkey-go", true, func(addr string) (backend.Backend, error) {
+		return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{addr}})
+	}},
+	{"go-redis", true, func(addr string) (backend.Backend, error) {
+		return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}), nil
+	}},
+	{"go-redis-new", false, func(addr string) (backend.Backend, error) {
+		return goredisbackend.New(redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})), nil
+	}},
+}
+
+// goClient is one lock.Client on one adapter, behind its own proxy;
+// Client.Close replaces it with a new one.
+type goClient struct {
+	label   string
+	adapter Adapter
+	addr    string // the proxy's
+	opts    []lock.Option
+	rec     *recorder
+
+	mu sync.RWMutex
+	lc *lock.Client
+}
+
+func (c *goClient) open() error {
+	b, err := c.adapter.Dial(c.addr)
+	if err != nil {
+		return err
+	}
+	lc, err := lock.NewClient(b, append(c.opts, lock.WithObserver(c.rec))...)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	c.mu.Lock()
+	c.lc = lc
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *goClient) client() *lock.Client {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.lc
+}
+
+// goOwner is one Go owner: a fixed owner ID on one lock name, one
+// goroutine.
+type goOwner struct {
+	id      int64
+	name    string
+	c       *goClient
+	h       *History
+	rnd     *rand.Rand
+	lease   time.Duration // the client's
+	private bool          // the only owner of its lock
+
+	hold  *Hold
+	lh    *lock.Hold
+	count int
+}
+
+func (o *goOwner) mutex() (*lock.Mutex, error) {
+	return o.c.client().NewMutex(o.name, lock.WithOwnerID(o.id))
+}
+
+// step runs one random operation.
+func (o *goOwner) step(ctx context.Context) {
+	m, err := o.mutex()
+	if err != nil {
+		return // closed meanwhile: the next step gets the new client
+	}
+	if o.lh != nil && o.lh.Err() != nil {
+		o.lh, o.hold, o.count = nil, nil, 0 // lost; its Done was recorded
+	}
+	if o.lh != nil {
+		o.holding(ctx, m)
+		return
+	}
+	o.acquire(ctx, m)
+}
+
+func (o *goOwner) holding(ctx context.Context, m *lock.Mutex) {
+	hold := 300 * time.Millisecond
+	if o.private || o.rnd.IntN(5) == 0 {
+		hold = 1500 * time.Millisecond // a client holds several locks at once
+	}
+	pause(ctx, o.rnd, hold)
+	switch r := o.rnd.IntN(10); {
+	case r < 1 && o.count < 3:
+		o.acquireWith(ctx, m, KindLock, 0, 2*time.Second)
+	case r < 2 && o.hold.Lease > 0:
+		o.extend(ctx, m)
+	default:
+		o.unlock(ctx, m)
+	}
+}
+
+func (o *goOwner) acquire(ctx context.Context, m *lock.Mutex) {
+	pause(ctx, o.rnd, 100*time.Millisecond)
+	limit := time.Duration(300+o.rnd.IntN(3000)) * time.Millisecond
+	switch r := o.rnd.IntN(10); {
+	case r < 3:
+		o.acquireWith(ctx, m, KindLock, 0, limit)
+	case r < 5:
+		o.acquireWith(ctx, m, KindLockLease, time.Duration(300+o.rnd.IntN(2700))*time.Millisecond, limit)
+	case r < 7:
+		o.acquireWith(ctx, m, KindTryOnce, 0, 2*time.Second)
+	default:
+		o.acquireWith(ctx, m, KindTryWait, time.Duration(50+o.rnd.IntN(1500))*time.Millisecond, limit)
+	}
+}
+
+// acquireWith runs one acquire of kind under a context that ends after
+// limit (for TryLock(wait), arg is the wait; for LockWithLease the lease).
+func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg, limit time.Duration) {
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	op := &Op{Kind: kind, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Limit: limit}
+	if kind == KindTryOnce {
+		op.Limit = 0 // one attempt, within the client's attempt bound
+	}
+	cctx = o.c.rec.watch(cctx, op)
+	op.Call = o.h.Now()
+	var lh *lock.Hold
+	var err error
+	switch kind {
+	case KindLock:
+		lh, err = m.Lock(cctx)
+	case KindLockLease:
+		lh, err = m.LockWithLease(cctx, arg)
+	case KindTryOnce:
+		lh, err = m.TryLock(cctx, 0)
+	case KindTryWait:
+		lh, err = m.TryLock(cctx, arg)
+	}
+	op.Return = o.h.Now()
+	classify(op, err, ctx)
+	if err == nil {
+		o.adopt(op, lh, kind, arg)
+	}
+	o.h.Add(op)
+}
+
+// adopt records the hold an acquire returned: a new one, or a re-entry.
+func (o *goOwner) adopt(op *Op, lh *lock.Hold, kind Kind, arg time.Duration) {
+	if lh == o.lh && o.hold != nil {
+		o.count++
+		op.Hold = o.hold
+		return
+	}
+	hd := &Hold{Lock: o.name, Owner: op.Owner, Client: o.c.label, Token: lh.Token(), Acquired: op.Return, Watches: o.c.adapter.Watches}
+	if kind == KindLockLease {
+		hd.Lease = arg
+	}
+	o.h.AddHold(hd)
+	op.Hold, op.New = hd, true
+	o.hold, o.lh, o.count = hd, lh, 1
+	go func() {
+		<-lh.Done()
+		hd.ended(o.h.Now(), lh.Err())
+	}()
+}
+
+func (o *goOwner) unlock(ctx context.Context, m *lock.Mutex) {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	op := &Op{Kind: KindUnlock, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Hold: o.hold, Limit: 3 * time.Second}
+	op.Call = o.h.Now()
+	if o.count == 1 {
+		o.hold.releasing(op.Call)
+	}
+	err := m.Unlock(cctx)
+	op.Return = o.h.Now()
+	classify(op, err, ctx)
+	o.h.Add(op)
+	o.count--
+	if o.count <= 0 || err != nil {
+		o.lh, o.hold, o.count = nil, nil, 0
+	}
+}
+
+func (o *goOwner) extend(ctx context.Context, m *lock.Mutex) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	op := &Op{Kind: KindExtend, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Hold: o.hold, Limit: time.Second}
+	op.Call = o.h.Now()
+	err := m.Extend(cctx, o.lh, o.hold.Lease)
+	op.Return = o.h.Now()
+	classify(op, err, ctx)
+	o.h.Add(op)
+}
+
+// classify records what err means; ctx is the run's (its end is not the
+// call's doing).
+func classify(op *Op, err error, ctx context.Context) {
+	if err == nil {
+		return
+	}
+	op.Err = err.Error()
+	op.NotAcq = errors.Is(err, lock.ErrNotAcquired)
+	op.Unavail = errors.Is(err, lock.ErrUnavailable)
+	op.Lost = errors.Is(err, lock.ErrLockLost)
+	op.NotHeld = errors.Is(err, lock.ErrNotHeld)
+	op.Canceled = errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if ctx.Err() != nil || errors.Is(err, lock.ErrClosed) {
+		op.Limit = 0 // the run ended, or the client was closed under it
+	}
+}
+
+// pause waits a random time up to max, or until ctx ends.
+func pause(ctx context.Context, rnd *rand.Rand, max time.Duration) {
+	t := time.NewTimer(time.Duration(rnd.Int64N(int64(max) + 1)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// recorder is the clients' observer: it tells the history when an
+// acquire queued.
+type recorder struct {
+	h *History
+}
+
+type queuedKey struct{}
+
+// watch marks ctx so that the observer finds op when the call queues.
+func (r *recorder) watch(ctx context.Context, op *Op) context.Context {
+	return context.WithValue(ctx, queuedKey{}, op)
+}
+
+// StartAcquire implements observe.Observer.
+func (r *recorder) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
+	op, _ := ctx.Value(queuedKey{}).(*Op)
+	return ctx, &tracker{op: op, h: r.h}
+}
+
+// StartRelease implements observe.Observer.
+func (r *recorder) StartRelease(ctx context.Context, c observe.Call) (context.Context, observe.ReleaseTracker) {
+	return ctx, nil
+}
+
+// HoldLost implements observe.Observer.
+func (r *recorder) HoldLost(observe.Call, int64, time.Duration, error) {}
+
+// Renewed implements observe.Observer.
+func (r *recorder) Renewed(observe.Call, error) {}
+
+type tracker struct {
+	op *Op
+	h  *History
+}
+
+func (t *tracker) Queued(int) {
+	if t.op != nil && t.op.Queued == 0 {
+		t.op.Queued = t.h.Now() // the op is recorded only after the call returns
+	}
+}
+func (t *tracker) Woken(bool)                {}
+func (t *tracker) End(observe.AcquireResult) {}
+
+// javaOwner is one Redisson thread on one lock.
+type javaOwner struct {
+	l    *redisson.Lock
+	name string
+	h    *History
+	rnd  *rand.Rand
+}
+
+func (j *javaOwner) step(ctx context.Context) {
+	pause(ctx, j.rnd, 150*time.Millisecond)
+	lease := 5 * time.Second
+	op := &Op{Lock: j.name, Owner: j.l.Field, Client: "java", Java: true}
+	var held bool
+	var err error
+	r := j.rnd.IntN(10)
+	op.Call = j.h.Now()
+	switch {
+	case r < 4:
+		op.Kind, op.Limit = KindJavaLock, 0
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		err = j.l.LockWithLease(cctx, lease)
+		cancel()
+		held = err == nil
+	case r < 9:
+		wait := time.Duration(100+j.rnd.IntN(2000)) * time.Millisecond
+		op.Kind = KindJavaTryLock
+		held, err = j.l.TryLock(ctx, wait, lease)
+	default:
+		op.Kind = KindJavaForceUnlock
+		op.Released, err = j.l.ForceUnlock(ctx)
+	}
+	op.Return = j.h.Now()
+	if err != nil {
+		op.Err = err.Error()
+	}
+	if held {
+		hd := &Hold{Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Acquired: op.Return, Lease: lease}
+		j.h.AddHold(hd)
+		op.Hold, op.New = hd, true
+	}
+	j.h.Add(op)
+	if !held {
+		return
+	}
+	pause(ctx, j.rnd, 300*time.Millisecond)
+	u := &Op{Kind: KindJavaUnlock, Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Hold: op.Hold}
+	u.Call = j.h.Now()
+	op.Hold.releasing(u.Call)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	if err := j.l.Unlock(uctx); err != nil {
+		u.Err = err.Error()
+	}
+	cancel()
+	u.Return = j.h.Now()
+	op.Hold.ended(u.Return, nil)
+	j.h.Add(u)
+}
+
+func label(a Adapter, i int) string { return fmt.Sprintf("%s#%d", a.Name, i) }
