@@ -11,156 +11,485 @@ import (
 	"github.com/fairlock/fairlock/lockbench"
 )
 
-// boundNote returns the evidence for one missed target: what the run
-// measured about where the time or the work goes. Figures are medians over
-// the rounds; command breakdowns are from the first round.
-func (r *report) boundNote(what, kind string) string {
+// "What bounds it": for every target the run missed, one table of the
+// figures that say where the time or the work went - a row a figure, a
+// column a lock, and a last column saying in one line what the figure is.
+// Figures are medians over the rounds unless a row says "first round".
+
+// boundTable is the evidence for one missed target.
+type boundTable struct {
+	title string
+	cols  []string // the locks (or whatever the columns are), in order
+	rows  [][]string
+}
+
+// add appends a row: the figure, its cell in each column, what it says.
+func (t *boundTable) add(figure, says string, cell func(col string) string) {
+	row := []string{figure}
+	for _, c := range t.cols {
+		row = append(row, cell(c))
+	}
+	t.rows = append(t.rows, append(row, says))
+}
+
+func (t *boundTable) write(b *strings.Builder) {
+	fmt.Fprintf(b, "### %s\n\n", t.title)
+	header := append(append([]string{"figure"}, t.cols...), "what it says")
+	tt := newTextTable(b, header...)
+	for _, row := range t.rows {
+		tt.row(row...)
+	}
+	b.WriteString("\n")
+}
+
+// bounds writes "What bounds it": the evidence for every target missed,
+// then what the data layout fixes.
+func (r *report) bounds() {
+	r.p("## What bounds it")
+	r.p("")
+	if len(missed) == 0 {
+		r.p("Every target was met in this run.")
+		r.p("")
+		return
+	}
+	r.p("A table per target missed, from this run's figures (commandstats, SLOWLOG, CPU): a row a figure, a column a lock. Medians over the rounds unless a row says first round; the client CPU profiles are in sections 2 and 4.")
+	r.p("")
+	for _, g := range groupMissed(missed) {
+		if t := r.boundTable(g.what, g.kinds); t != nil && len(t.rows) > 0 {
+			t.write(&r.b)
+		}
+	}
+	r.layout().write(&r.b)
+}
+
+// missedGroup is one target and the locks (or queue operations) that
+// missed it.
+type missedGroup struct {
+	what  string
+	kinds []string
+}
+
+// groupMissed groups "what:kind" entries by what, in the order they came.
+func groupMissed(entries []string) []missedGroup {
+	var out []missedGroup
+	for _, m := range entries {
+		what, kind, _ := strings.Cut(m, ":")
+		i := slices.IndexFunc(out, func(g missedGroup) bool { return g.what == what })
+		if i < 0 {
+			out = append(out, missedGroup{what: what})
+			i = len(out) - 1
+		}
+		if kind != "" {
+			out[i].kinds = append(out[i].kinds, kind)
+		}
+	}
+	return out
+}
+
+// boundTable is the table for one missed target (nil: none to show).
+func (r *report) boundTable(what string, kinds []string) *boundTable {
 	switch what {
-	case "throughput", "handover", "commands":
-		c := r.headline(kind)
-		if len(c) == 0 {
-			return ""
-		}
-		perAcq := func(f func(contendedRound) float64) float64 {
-			return spreadBy(c, func(x contendedRound) float64 { return f(x) / math.Max(1, float64(x.Acquisitions)) }).med
-		}
-		serverCPU := perAcq(func(x contendedRound) float64 { return x.ServerCPU * 1e9 })
-		clientCPU := perAcq(func(x contendedRound) float64 { return float64(x.ClientCPU) })
-		ours := spreadBy(c, func(x contendedRound) float64 {
-			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
-		}).med
-		machine := spreadBy(c, func(x contendedRound) float64 { return x.MachineBusy }).med
-		hand := durSpread(c, func(x contendedRound) time.Duration { return x.Handover.P50 }).med
-		scripts := perAcq(func(x contendedRound) float64 {
-			return float64(x.TopCommands["evalsha"].Calls + x.TopCommands["eval"].Calls)
-		})
-		switch what {
-		case "throughput":
-			cycle := float64(time.Second) / spreadBy(c, func(x contendedRound) float64 { return x.Throughput }).med
-			prof := ""
-			if p := r.profileLine(kind); p != "" {
-				prof = " Client CPU profile of the FIFO run: " + p + "."
-			}
-			return fmt.Sprintf("**%s, %d contenders, throughput**: one acquisition every %s, of which the hand-over (p50 %s) is %s. "+
-				"A FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain). "+
-				"Per acquisition: %.1f script calls, %s of server CPU and %s of client CPU (%s of CPU per acquisition against %s between acquisitions); %s. "+
-				"Every hand-over runs through redis-server's one command thread - the holder's unlock script grants the lock to the head and publishes the grant, and the new holder's Unlock is the next such script - and the other contenders' enqueues run on that thread in between: %s%s",
-				kind, r.Settings.Headline, fmtDur(cycle), fmtDur(hand), fmtPct(hand/cycle),
-				scripts, fmtDur(serverCPU), fmtDur(clientCPU), fmtDur(serverCPU+clientCPU), fmtDur(cycle), cpuVerdict(ours, machine),
-				serverSplit(kind, "acquisition", firstContended(c)), prof)
-		case "handover":
-			f := r.FIFO[kind]
-			split := ""
-			if len(f) > 0 {
-				split = fmt.Sprintf(" Split at the wake-up message (observe.Observer, in the FIFO runs; %s of hand-overs had one): previous Unlock returning to the message arriving p50 %s, message to Lock returning p50 %s.",
-					spreadBy(f, func(x contendedRound) float64 { return x.WokenShare }).cell(fmtPct),
-					durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P50 }).cell(fmtDur),
-					durSpread(f, func(x contendedRound) time.Duration { return x.WakeToLock.P50 }).cell(fmtDur))
-			}
-			grant := ""
-			if len(r.Queue) > 0 {
-				lo := r.Settings.QueueLengths[0]
-				grant = fmt.Sprintf(" With nobody else waiting, the new holder ran %.1f script calls of its own after the unlock (section 5).",
-					spreadBy(r.Queue, func(q queueRound) float64 { return q.GrantCalls[lo] }).med)
-			}
-			idle := durSpread(r.Idle[kind], func(i idleRound) time.Duration { return i.Handover.P50 }).med
-			return fmt.Sprintf("**%s, hand-over**: p50 %s with %d contenders and %s to an idle waiter, against a PING round trip of %s.%s%s Under contention %s.",
-				kind, fmtDur(hand), r.Settings.Headline, fmtDur(idle), fmtDur(r.rtt), split, grant, cpuVerdict(ours, machine))
-		default:
-			sc := ""
-			if s := r.scriptsPerAcq(kind); s != "" {
-				sc = " By script (SLOWLOG of the FIFO run, whose sampler's inspect calls are not the lock's): " + s + "."
-			}
-			return fmt.Sprintf("**%s, commands per acquisition**: %s. That is %.1f script calls per acquisition, each running its bookkeeping (TIME, deadlines in two zsets, key expiries), all counted by commandstats.%s",
-				kind, topCommands(c[0].TopCommands, float64(c[0].Acquisitions), 10), scripts, sc)
-		}
-	case "cpuserver", "cpuclient":
-		return r.cpuNote(what, kind)
+	case "throughput":
+		return r.throughputBounds(kinds)
+	case "handover":
+		return r.handoverBounds(kinds)
 	case "fifo":
-		return fmt.Sprintf("**%s, FIFO**: see the violations the run logged; each is a token that a queue snapshot promised to another owner.", kind)
+		t := &boundTable{title: "FIFO", cols: kinds}
+		t.add("FIFO violations", "each is a token that a queue snapshot promised to another owner: see the violations the run logged", func(k string) string {
+			var v int
+			for _, c := range r.FIFO[k] {
+				v += c.FIFOViolations
+			}
+			return fmt.Sprint(v)
+		})
+		return t
 	case "many", "manyp99":
-		m, ref := r.Many[kind], r.Many[reference]
-		if len(m) == 0 || len(ref) == 0 {
-			return ""
+		return r.manyBounds(what, kinds)
+	case "cpuserver":
+		return r.serverCPUBounds(kinds)
+	case "cpuclient":
+		return r.clientCPUBounds(kinds)
+	case "queue":
+		return r.queueBounds(kinds)
+	case "waiters":
+		return r.waitersBounds()
+	}
+	if q, ok := strings.CutPrefix(what, "uncontended"); ok {
+		return r.uncontendedBounds(q, kinds)
+	}
+	return nil
+}
+
+// firstOf is the first round of rounds, or a zero round without any.
+func firstOf[T any](rounds []T) T {
+	var zero T
+	if len(rounds) == 0 {
+		return zero
+	}
+	return rounds[0]
+}
+
+// orDash is "-" for a column without the figure.
+func orDash(ok bool, s string) string {
+	if !ok {
+		return "-"
+	}
+	return s
+}
+
+// contendedLoad is what a lock's headline contended runs measured of
+// time and CPU, medians over the rounds, per acquisition.
+type contendedLoad struct {
+	cycle     float64 // ns between acquisitions
+	hand      float64 // hand-over p50, ns
+	scripts   float64 // script calls
+	serverCPU float64 // ns
+	clientCPU float64 // ns
+	ours      float64 // this benchmark's and its server's CPU, a share of all cores
+	machine   float64 // every process's, a share of all cores
+}
+
+func (r *report) contendedLoad(kind string) (contendedLoad, bool) {
+	c := r.headline(kind)
+	if len(c) == 0 {
+		return contendedLoad{}, false
+	}
+	perAcq := func(f func(contendedRound) float64) float64 {
+		return spreadBy(c, func(x contendedRound) float64 { return f(x) / math.Max(1, float64(x.Acquisitions)) }).med
+	}
+	return contendedLoad{
+		cycle:     float64(time.Second) / spreadBy(c, func(x contendedRound) float64 { return x.Throughput }).med,
+		hand:      durSpread(c, func(x contendedRound) time.Duration { return x.Handover.P50 }).med,
+		scripts:   perAcq(func(x contendedRound) float64 { return float64(x.TopCommands.scripts().Calls) }),
+		serverCPU: perAcq(func(x contendedRound) float64 { return x.ServerCPU * 1e9 }),
+		clientCPU: perAcq(func(x contendedRound) float64 { return float64(x.ClientCPU) }),
+		ours: spreadBy(c, func(x contendedRound) float64 {
+			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
+		}).med,
+		machine: spreadBy(c, func(x contendedRound) float64 { return x.MachineBusy }).med,
+	}, true
+}
+
+// coresSays explains the cores-busy row.
+const coresSays = "every process's CPU over all cores, and this benchmark's and its server's in brackets; above 85%, CPU-bound: every figure also carries run-queue delays"
+
+// coresCell says how busy the cores were (machine: every process; ours:
+// this benchmark and its server) and whether that made the run CPU-bound.
+func coresCell(ours, machine float64) string {
+	verdict := "not CPU-bound"
+	if machine > 0.85 {
+		verdict = "CPU-bound"
+	}
+	return fmt.Sprintf("%s (%s): %s", fmtPct(machine), fmtPct(ours), verdict)
+}
+
+func (r *report) throughputBounds(kinds []string) *boundTable {
+	t := &boundTable{title: fmt.Sprintf("%d contenders: acquisitions/s", r.Settings.Headline), cols: kinds}
+	load := func(f func(contendedLoad) string) func(string) string {
+		return func(k string) string {
+			l, ok := r.contendedLoad(k)
+			return orDash(ok, f(l))
 		}
-		per := func(rounds []manyRound) (cmds, server, client float64) {
-			n := func(x manyRound) float64 { return math.Max(1, float64(x.Acquisitions)) }
-			return spreadBy(rounds, func(x manyRound) float64 { return float64(x.Commands.total()) / n(x) }).med,
-				spreadBy(rounds, func(x manyRound) float64 { return x.ServerCPU * 1e9 / n(x) }).med,
-				spreadBy(rounds, func(x manyRound) float64 { return float64(x.ClientCPU) / n(x) }).med
+	}
+	t.add("time between acquisitions", "one second over the acquisitions per second",
+		load(func(l contendedLoad) string { return fmtDur(l.cycle) }))
+	t.add("hand-over p50, its share of that time", "a FIFO lock hands over to one waiter at a time, so hand-over latency caps throughput; the spinning locks keep the lock with whoever is already running (see Jain)",
+		load(func(l contendedLoad) string { return fmtDur(l.hand) + ", " + fmtPct(l.hand/l.cycle) }))
+	t.add("script calls per acquisition", "every hand-over runs through redis-server's one command thread: the holder's unlock script grants the lock to the head and publishes the grant, the new holder's Unlock is the next such script, and the other contenders' enqueues run in between",
+		load(func(l contendedLoad) string { return fmtF(1)(l.scripts) }))
+	t.add("server CPU per acquisition", "redis-server's INFO cpu over the run",
+		load(func(l contendedLoad) string { return fmtDur(l.serverCPU) }))
+	t.add("client CPU per acquisition", "this process's getrusage over the run",
+		load(func(l contendedLoad) string { return fmtDur(l.clientCPU) }))
+	t.add("CPU per acquisition, both", fmt.Sprintf("set against the time between acquisitions, on %d cores", r.Meta.Cores),
+		load(func(l contendedLoad) string { return fmtDur(l.serverCPU + l.clientCPU) }))
+	t.add("cores busy", coresSays, load(func(l contendedLoad) string { return coresCell(l.ours, l.machine) }))
+	t.addSplit("acquisition", func(k string) serverSample { return firstContended(r.headline(k)) })
+	return t
+}
+
+func (r *report) handoverBounds(kinds []string) *boundTable {
+	n := r.Settings.Headline
+	t := &boundTable{title: "Hand-over p50", cols: kinds}
+	fifo := func(f func([]contendedRound) string) func(string) string {
+		return func(k string) string { return orDash(len(r.FIFO[k]) > 0, f(r.FIFO[k])) }
+	}
+	t.add(fmt.Sprintf("hand-over p50, %d contenders", n), "from the previous Unlock returning to the next Lock returning", func(k string) string {
+		return durSpread(r.headline(k), func(x contendedRound) time.Duration { return x.Handover.P50 }).cell(fmtDur)
+	})
+	t.add("idle hand-over p50", "section 3: one waiter, nobody else", func(k string) string {
+		return durSpread(r.Idle[k], func(i idleRound) time.Duration { return i.Handover.P50 }).cell(fmtDur)
+	})
+	t.add("PING round trip p50", "the round trip the target counts in", func(string) string { return fmtDur(r.rtt) })
+	t.add("hand-overs with a wake-up message", "observe.Observer's Woken, in the FIFO runs", fifo(func(f []contendedRound) string {
+		return spreadBy(f, func(x contendedRound) float64 { return x.WokenShare }).cell(fmtPct)
+	}))
+	t.add("previous Unlock returning to the message, p50", "FIFO runs", fifo(func(f []contendedRound) string {
+		return durSpread(f, func(x contendedRound) time.Duration { return x.ToWake.P50 }).cell(fmtDur)
+	}))
+	t.add("message to Lock returning, p50", "FIFO runs", fifo(func(f []contendedRound) string {
+		return durSpread(f, func(x contendedRound) time.Duration { return x.WakeToLock.P50 }).cell(fmtDur)
+	}))
+	if len(r.Queue) > 0 {
+		lo := r.Settings.QueueLengths[0]
+		grant := fmtF(1)(spreadBy(r.Queue, func(q queueRound) float64 { return q.GrantCalls[lo] }).med)
+		t.add("the new holder's own script calls after the unlock", "with nobody else waiting (section 5)", func(string) string { return grant })
+	}
+	t.add("cores busy under contention", coresSays, func(k string) string {
+		l, ok := r.contendedLoad(k)
+		return orDash(ok, coresCell(l.ours, l.machine))
+	})
+	return t
+}
+
+// manyRounds are scenario 4's rounds of a lock, or of the bare scripts.
+func (r *report) manyRounds(name string) []manyRound {
+	if name == bareName {
+		return r.ManyBare
+	}
+	return r.Many[name]
+}
+
+func (r *report) manyBounds(what string, kinds []string) *boundTable {
+	cols := append(slices.Clone(kinds), reference)
+	if what == "many" && len(r.ManyBare) > 0 {
+		cols = append(cols, bareName)
+	}
+	title := fmt.Sprintf("%d goroutines over %s names: acquisitions/s", r.Settings.ManyWorkers, fmtInt(int64(r.Settings.ManyLocks)))
+	if what == "manyp99" {
+		title = fmt.Sprintf("%d goroutines over %s names: Lock p99", r.Settings.ManyWorkers, fmtInt(int64(r.Settings.ManyLocks)))
+	}
+	t := &boundTable{title: title, cols: cols}
+	ref := r.Many[reference]
+	has := func(c string) bool { return len(r.manyRounds(c)) > 0 }
+	rate := func(c string) float64 { return manyThroughput(r.manyRounds(c)).med }
+	// perPair is the median over c's rounds of f per acquisition.
+	perPair := func(c string, f func(manyRound) float64) float64 {
+		return spreadBy(r.manyRounds(c), func(x manyRound) float64 { return f(x) / math.Max(1, float64(x.Acquisitions)) }).med
+	}
+	if what == "manyp99" {
+		p99 := func(c string) float64 {
+			return durSpread(r.manyRounds(c), func(x manyRound) time.Duration { return x.Lock.P99 }).med
 		}
-		fc, fs, fcl := per(m)
-		rc, rs, rcl := per(ref)
+		t.add("Lock p99", "section 4", func(c string) string { return orDash(has(c), fmtDur(p99(c))) })
+		t.add("against "+reference+"'s", "", func(c string) string { return orDash(has(c) && len(ref) > 0, fmtRatio(p99(c)/p99(reference))) })
+		t.add("slow Lock calls", "a run with an observer: what the calls of 10 ms or more waited for", func(c string) string { return orDash(len(r.ManySlow[c]) > 0, "section 4") })
+	} else {
+		t.add("acquisitions/s", "section 4", func(c string) string { return orDash(has(c), fmtRate(rate(c))) })
+		t.add("against "+reference+"'s", bareName+": the lock's two scripts with no lock package, a held lock tried again at once: what the scripts allow; the rest of the gap is the lock package's client path and its waits",
+			func(c string) string {
+				return orDash(has(c) && len(ref) > 0, fmtRatio(rate(c)/math.Max(1, rate(reference))))
+			})
+	}
+	t.add("server commands per pair", "commandstats, the commands inside scripts included", func(c string) string {
+		return orDash(has(c), fmtF(1)(perPair(c, func(x manyRound) float64 { return float64(x.Commands.total()) })))
+	})
+	t.add("by command (first round)", "", func(c string) string {
+		m := firstOf(r.manyRounds(c))
+		return orDash(has(c), topCommands(m.Commands, float64(m.Acquisitions), 6))
+	})
+	t.add("server CPU per pair", "redis-server's INFO cpu over the run", func(c string) string {
+		return orDash(has(c), fmtDur(perPair(c, func(x manyRound) float64 { return x.ServerCPU * 1e9 })))
+	})
+	t.add("client CPU per pair", "this process's getrusage over the run", func(c string) string {
+		return orDash(has(c), fmtDur(perPair(c, func(x manyRound) float64 { return float64(x.ClientCPU) })))
+	})
+	t.add("cores busy", coresSays, func(c string) string {
+		m := r.manyRounds(c)
 		ours := spreadBy(m, func(x manyRound) float64 {
 			return (x.ServerCPU + x.ClientCPU.Seconds()) / x.Wall.Seconds() / float64(r.Meta.Cores)
 		}).med
-		machine := spreadBy(m, func(x manyRound) float64 { return x.MachineBusy }).med
-		slow := ""
-		if what == "manyp99" {
-			slow = " " + r.slowLine(kind)
-		}
-		var peers []string
-		for _, p := range r.peers() {
-			if pm := r.Many[p.Name]; len(pm) > 0 {
-				peers = append(peers, fmt.Sprintf("%s %s/s", p.Name, fmtInt(int64(manyThroughput(pm).med))))
-			}
-		}
-		bare := ""
-		if len(r.ManyBare) > 0 {
-			bc, bs, bcl := per(r.ManyBare)
-			rate := func(rounds []manyRound) float64 { return manyThroughput(rounds).med }
-			bare = fmt.Sprintf(" The same two scripts sent bare (%s: no lock package, a held lock tried again at once) made %s/s, %s %s's, with %.1f commands, %s of server CPU and %s of client CPU per pair: what the scripts allow, so the rest of the gap is the lock package's client path and its waits. %s",
-				bareName, fmtInt(int64(rate(r.ManyBare))), fmtRatio(rate(r.ManyBare)/math.Max(1, rate(ref))), reference, bc, fmtDur(bs), fmtDur(bcl), serverSplit(bareName, "pair", firstMany(r.ManyBare)))
-		}
-		prof := ""
-		if p := r.manyProfile(kind); p != "" {
-			prof = " Client CPU profile of the first round: " + p + "."
-		}
-		server := ""
-		if what == "many" {
-			server = " " + serverSplit(kind, "pair", firstMany(m)) + " " + serverSplit(reference, "pair", firstMany(ref))
-		}
-		return fmt.Sprintf("**%s, many locks (%s)**: per Lock+Unlock pair %.1f server commands (%s), %s of server CPU and %s of client CPU; %s: %.1f, %s and %s; %s.%s%s%s%s The peers' acquisitions/s here (their client libraries: see Setup; redislock and redsync run on go-redis, one command per pooled connection at a time): %s.",
-			kind, map[string]string{"many": "throughput", "manyp99": "p99"}[what], fc,
-			topCommands(m[0].Commands, float64(m[0].Acquisitions), 6), fmtDur(fs), fmtDur(fcl), reference, rc, fmtDur(rs), fmtDur(rcl), cpuVerdict(ours, machine), server, slow, bare, prof, strings.Join(peers, "; "))
-	case "queue":
-		return "" // one note for all operations: see bounds
-	case "waiters":
-		f, ref := r.Waiters[r.Kinds[0].Name], r.Waiters[reference]
-		if len(f) == 0 || len(ref) == 0 {
-			return ""
-		}
-		return fmt.Sprintf("**%s idle waiters**: %s's server ran %s commands per second (%s); %s's %s (%s). Every fairlock waiter runs acquire again every third of the waiter timeout (5 s) as its heartbeat, so the server's work grows with the number of waiters.",
-			fmtInt(int64(r.Settings.IdleWaiters)), r.Kinds[0].Name, fmtCount(float64(f[0].Commands)/f[0].Window.Seconds()), topCommands(f[0].CommandsTop, f[0].Window.Seconds(), 4),
-			reference, fmtCount(float64(ref[0].Commands)/ref[0].Window.Seconds()), topCommands(ref[0].CommandsTop, ref[0].Window.Seconds(), 4))
+		return orDash(has(c), coresCell(ours, spreadBy(m, func(x manyRound) float64 { return x.MachineBusy }).med))
+	})
+	if what == "many" {
+		t.addSplit("pair", func(c string) serverSample { return firstMany(r.manyRounds(c)) })
 	}
-	if q, ok := strings.CutPrefix(what, "uncontended"); ok {
-		u := r.Uncontended[kind]
-		if len(u) == 0 {
-			return ""
-		}
-		pair := func(rounds []uncontendedRound) float64 {
-			return durSpread(rounds, func(x uncontendedRound) time.Duration { return pick(x, q) }).med
-		}
-		var peers []string
-		for _, p := range r.peers() {
-			if pu := r.Uncontended[p.Name]; len(pu) > 0 {
-				peers = append(peers, fmt.Sprintf("%s %s, %.1f commands", p.Name, fmtDur(pair(pu)), pu[0].CommandsPerPair))
-			}
-		}
-		uc := r.uncontendedCosts()
-		run := uc[kind].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med
-		return fmt.Sprintf("**%s, uncontended %s**: %s (Lock p50 %s, Unlock p50 %s), %s allocations per pair, server commands per pair %s, its two scripts running %s per pair (commandstats). In the same turns, two empty scripts: %s; its own two scripts sent bare (%s, no lock package): %s.%s %s Peers: %s.",
-			kind, q, fmtDur(pair(u)),
-			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur),
-			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur),
-			fmtCount(u[0].AllocsPerPair), topCommands(u[0].Commands, float64(r.Settings.UncontendedOps), 8), fmtDur(run),
-			durSpread(r.reportFloor(), func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
-			bareName, durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur),
-			r.overFloors(kind, q, pair), serverSplit(kind, "pair", firstUncontended(u, r.Settings.UncontendedOps)),
-			strings.Join(peers, "; "))
+	return t
+}
+
+func (r *report) uncontendedBounds(q string, kinds []string) *boundTable {
+	t := &boundTable{title: "Uncontended Lock+Unlock " + q, cols: kinds}
+	pair := func(rounds []uncontendedRound) float64 {
+		return durSpread(rounds, func(x uncontendedRound) time.Duration { return pick(x, q) }).med
 	}
-	return ""
+	has := func(k string) bool { return len(r.Uncontended[k]) > 0 }
+	same := func(s string) func(string) string { return func(string) string { return s } }
+	uc := r.uncontendedCosts()
+	per := float64(r.Settings.UncontendedOps)
+	t.add("pair "+q, "section 1: the locks taking turns", func(k string) string { return orDash(has(k), fmtDur(pair(r.Uncontended[k]))) })
+	t.add("Lock p50, Unlock p50", "", func(k string) string {
+		u := r.Uncontended[k]
+		return orDash(has(k), durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Lock.P50 }).cell(fmtDur)+", "+
+			durSpread(u, func(x uncontendedRound) time.Duration { return x.latency().Unlock.P50 }).cell(fmtDur))
+	})
+	t.add("allocations per pair (first round)", "this process's heap allocations", func(k string) string {
+		return orDash(has(k), fmtCount(firstOf(r.Uncontended[k]).AllocsPerPair))
+	})
+	t.add("server commands per pair (first round)", "commandstats, the commands inside scripts included", func(k string) string {
+		return orDash(has(k), topCommands(firstOf(r.Uncontended[k]).Commands, per, 8))
+	})
+	t.add("the two scripts' run time per pair", "commandstats, the commands they run included", func(k string) string {
+		return orDash(has(k), fmtDur(uc[k].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med))
+	})
+	floors := func(f func(floorSplit) string) func(string) string {
+		return func(k string) string {
+			fs, ok := r.overFloors(k, q, pair)
+			return orDash(ok, f(fs))
+		}
+	}
+	t.add("the floor on its own client", "two empty scripts (EVALSHA of `return 1`) on the client library the lock runs on, in the same turns: what any lock that runs one script to lock and another to unlock pays before its scripts do anything", floors(func(fs floorSplit) string {
+		return fs.client + " " + fmtDur(fs.floor)
+	}))
+	t.add("added over that floor", "the lock's pair less its own client's floor", floors(func(fs floorSplit) string { return fmtDur(fs.added) }))
+	t.add("its own two scripts sent bare", bareName+": on rueidis with no lock package, in the same turns; between the rueidis floor and this is what the scripts cost, between this and "+r.Kinds[0].Name+" what the lock package's client path costs",
+		same(durSpread(r.UncontendedBare, func(x lockbench.Latency) time.Duration { return pickLatency(x, q) }).cell(fmtDur)))
+	t.add("the best peer, over its own floor", "the other peers: section 1", floors(func(fs floorSplit) string {
+		if fs.peer == "" {
+			return "-"
+		}
+		return fmt.Sprintf("%s: %s over %s's %s", fs.peer, fmtDur(fs.peerAdded), fs.peerClient, fmtDur(fs.peerFloor))
+	}))
+	t.addSplit("pair", func(k string) serverSample { return firstUncontended(r.Uncontended[k], r.Settings.UncontendedOps) })
+	return t
+}
+
+// serverCPUBounds is the evidence for a missed server-CPU-per-pair target:
+// what the lock's pair does against the reference's, from the same
+// windows.
+func (r *report) serverCPUBounds(kinds []string) *boundTable {
+	t := &boundTable{title: "Server CPU per uncontended pair", cols: append(slices.Clone(kinds), reference)}
+	uc := r.uncontendedCosts()
+	per := float64(r.Settings.UncontendedOps)
+	has := func(k string) bool { return len(r.Uncontended[k]) > 0 }
+	med := func(f func(pairCost) float64) func(string) string {
+		return func(k string) string { return orDash(has(k), fmtF(1)(uc[k].of(f, nil).med)) }
+	}
+	t.add("server CPU per pair", "redis-server's INFO cpu over the lock's own window", func(k string) string {
+		return orDash(has(k), fmtDur(uc[k].serverCPU().med))
+	})
+	t.add("against "+reference+"'s", "", func(k string) string { return ratioCell(uc[k].serverCPU(), uc[reference].serverCPU()) })
+	t.add("commands per pair", "commandstats, the commands inside scripts included", med(func(c pairCost) float64 { return c.Commands }))
+	t.add("writes among them", "calls of write commands (section 1)", med(func(c pairCost) float64 { return c.Writes }))
+	t.add("script calls per pair", "", med(func(c pairCost) float64 { return c.Scripts }))
+	t.add("the scripts' run time per pair", "commandstats, their commands included; the rest of the server CPU is reading, parsing and replying", func(k string) string {
+		return orDash(has(k), fmtDur(uc[k].of(func(c pairCost) float64 { return c.ScriptRun }, nil).med))
+	})
+	t.add("by command (first round)", "", func(k string) string { return orDash(has(k), topCommands(firstOf(r.Uncontended[k]).Commands, per, 10)) })
+	t.add("writes by command (first round)", "", func(k string) string { return orDash(has(k), writesLine(firstOf(r.Uncontended[k]).Commands, per)) })
+	return t
+}
+
+// clientCPUBounds is the evidence for a missed client-CPU-per-pair target.
+func (r *report) clientCPUBounds(kinds []string) *boundTable {
+	t := &boundTable{title: "Client CPU per uncontended pair", cols: append(slices.Clone(kinds), reference)}
+	uc := r.uncontendedCosts()
+	has := func(k string) bool { return len(r.Uncontended[k]) > 0 }
+	count := func(f func(pairCost) float64) func(string) string {
+		return func(k string) string { return orDash(has(k), fmtCount(uc[k].of(f, nil).med)) }
+	}
+	t.add("client CPU per pair", "this process's getrusage over the lock's own window: the Go runtime's work (GC, scheduler) and the client library's goroutines included", func(k string) string {
+		return orDash(has(k), fmtDur(uc[k].clientCPU().med))
+	})
+	t.add("against "+reference+"'s", "", func(k string) string { return ratioCell(uc[k].clientCPU(), uc[reference].clientCPU()) })
+	t.add("pair p50 in that window", "", func(k string) string {
+		return orDash(has(k), fmtDur(durSpread(r.Uncontended[k], func(x uncontendedRound) time.Duration { return x.Pair.P50 }).med))
+	})
+	t.add("allocations per pair", "runtime.MemStats", count(func(c pairCost) float64 { return c.Allocs }))
+	t.add("bytes allocated per pair", "", count(func(c pairCost) float64 { return c.Bytes }))
+	t.add("script calls (round trips) per pair", "", func(k string) string {
+		return orDash(has(k), fmtF(1)(uc[k].of(func(c pairCost) float64 { return c.Scripts }, nil).med))
+	})
+	return t
+}
+
+// queueBounds is the evidence for the queue operations that missed the
+// target: their figures, and the commands inside the scripts whose server
+// time per call grew most from the shortest queue to the longest
+// (commandstats per length, first round).
+func (r *report) queueBounds(ops []string) *boundTable {
+	if len(r.Queue) == 0 {
+		return nil
+	}
+	lengths := r.Settings.QueueLengths
+	lo, hi := lengths[0], lengths[len(lengths)-1]
+	t := &boundTable{title: fmt.Sprintf("Queue scaling: %s queued against %d", fmtInt(int64(hi)), lo), cols: []string{r.Kinds[0].Name}}
+	for _, op := range ops {
+		a := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[lo][op].P50 }).med
+		z := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[hi][op].P50 }).med
+		cell := fmt.Sprintf("%s vs %s (%.1fx)", fmtDur(z), fmtDur(a), z/math.Max(a, 1))
+		t.add(op, "p50 server time per call (SLOWLOG), section 5", func(string) string { return cell })
+	}
+	q := r.Queue[0]
+	type growth struct {
+		cmd      string
+		from, to float64 // µs per call
+	}
+	var g []growth
+	for cmd, st := range q.Commands[hi] {
+		if st.Calls == 0 || cmd == "evalsha" || cmd == "eval" {
+			continue // the scripts themselves
+		}
+		from := 0.0
+		if a := q.Commands[lo][cmd]; a.Calls > 0 {
+			from = float64(a.Usec) / float64(a.Calls)
+		}
+		g = append(g, growth{cmd, from, float64(st.Usec) / float64(st.Calls)})
+	}
+	sort.Slice(g, func(i, j int) bool { return g[i].to-g[i].from > g[j].to-g[j].from })
+	grew := 0
+	for i, x := range g {
+		if i == 3 || x.to-x.from < 1 {
+			break
+		}
+		says := "a command inside the scripts whose server time per call grew most (commandstats over the measured calls)"
+		if x.cmd == "lrem" {
+			says = "LREM takes an owner out of the list by scanning it from the head: O(N) in the queue length"
+		}
+		cell := fmt.Sprintf("%.1f µs vs %.1f µs", x.to, x.from)
+		t.add(strings.ToUpper(x.cmd)+" per call", says, func(string) string { return cell })
+		grew++
+	}
+	if grew == 0 {
+		t.add("commands inside the scripts", "", func(string) string { return "none grew by a microsecond per call" })
+	}
+	if a, z := perCall(q.Commands[lo], queueBlind), perCall(q.Commands[hi], queueBlind); a > 0 && z > 0 {
+		cell := fmt.Sprintf("%.1f µs vs %.1f µs (%.1fx)", z, a, z/a)
+		t.add(strings.ToUpper(strings.Join(queueBlind, ", "))+" per call", "commands that never read the queue's keys (the lock hash, the token, the clock): how the server as a whole fares with the queue in memory",
+			func(string) string { return cell })
+	}
+	return t
+}
+
+// waitersBounds is the evidence for a missed idle-waiters target.
+func (r *report) waitersBounds() *boundTable {
+	main := r.Kinds[0].Name
+	if len(r.Waiters[main]) == 0 || len(r.Waiters[reference]) == 0 {
+		return nil
+	}
+	t := &boundTable{title: fmt.Sprintf("%s idle waiters: server CPU", fmtInt(int64(r.Settings.IdleWaiters))), cols: []string{main, reference}}
+	t.add("commands per second (first round)", "every fairlock waiter runs acquire again every third of the waiter timeout (5 s) as its heartbeat, so the server's work grows with the number of waiters", func(k string) string {
+		w := r.Waiters[k][0]
+		return fmtCount(float64(w.Commands) / w.Window.Seconds())
+	})
+	t.add("by command", "", func(k string) string {
+		w := r.Waiters[k][0]
+		return topCommands(w.CommandsTop, w.Window.Seconds(), 4)
+	})
+	return t
+}
+
+// layout is what the data layout fixes, whatever the code.
+func (r *report) layout() *boundTable {
+	main := r.Kinds[0].Name
+	t := &boundTable{title: "What the data layout fixes, whatever the code", cols: []string{main}}
+	same := func(s string) func(string) string { return func(string) string { return s } }
+	t.add("keys of one lock", "so that Java and Go share one lock",
+		same("Redisson's (a hash, a list for the queue, a zset of deadlines Redisson purges by), its own liveness zset, a fencing counter and an unlock latch"))
+	t.add("commands per contended acquisition", "two scripts, the waiter's enqueue and the previous holder's unlock (which grants the lock to the head in the same step), read the server time, check the head's deadline, write the queue and the waiter's two deadlines, move the hold, draw a fencing token, wake the next head and keep every key's expiry (X15); a single-key SET NX lock needs 2 to 5",
+		same(fmt.Sprintf("%.0f", spreadBy(r.headline(main), func(c contendedRound) float64 { return c.CommandsPerAcq }).med)))
+	t.add("commands per uncontended pair", "EVALSHA included; redislock's: 5",
+		same(fmt.Sprintf("%.0f", spreadBy(r.Uncontended[main], func(x uncontendedRound) float64 { return x.CommandsPerPair }).med)))
+	return t
 }
 
 // serverSample is what a server-side profile needs of one measured
@@ -176,19 +505,13 @@ type serverSample struct {
 // firstMany is the server sample of a many-locks run's first round (a
 // zero sample without rounds).
 func firstMany(rounds []manyRound) serverSample {
-	if len(rounds) == 0 {
-		return serverSample{}
-	}
-	x := rounds[0]
+	x := firstOf(rounds)
 	return serverSample{x.Acquisitions, x.Wall, x.ServerCPU, x.Commands}
 }
 
 // firstContended is the server sample of a contended run's first round.
 func firstContended(rounds []contendedRound) serverSample {
-	if len(rounds) == 0 {
-		return serverSample{}
-	}
-	x := rounds[0]
+	x := firstOf(rounds)
 	return serverSample{x.Acquisitions, x.Wall, x.ServerCPU, x.TopCommands}
 }
 
@@ -202,16 +525,26 @@ func firstUncontended(rounds []uncontendedRound, pairs int) serverSample {
 	return serverSample{pairs, x.Wall, x.ServerCPU, x.Commands}
 }
 
-// serverSplit is a server-side profile of one window (first round), per
-// unit ("pair" or "acquisition"): how busy redis-server's one command
-// thread was, and where its CPU per unit went - the scripts' run time
-// (commandstats), split into the commands they ran and the rest (Lua, and
-// decoding the scripts' keys and arguments), and what remains outside the
-// scripts (reading, parsing and replying, expiring keys). commandstats
-// times are wall times, so a command the kernel preempted counts its wait.
-func serverSplit(kind, unit string, x serverSample) string {
+// serverSplit is where redis-server's CPU went in one window, per unit (a
+// pair or an acquisition): the scripts' run time (commandstats), split
+// into the commands they ran and the rest (each redis.call's work around
+// its command, Lua, decoding the scripts' keys and arguments), and what
+// remains outside the scripts (reading, parsing and replying, expiring
+// keys). commandstats times are wall times, so a command the kernel
+// preempted counts its wait.
+type serverSplit struct {
+	busy    float64  // the share of the window redis-server's one command thread ran
+	cpu     float64  // server CPU, ns
+	scripts float64  // the scripts' run time, their commands included, ns
+	calls   float64  // commands run inside the scripts
+	inside  float64  // those commands' own time, ns
+	top     []string // the longest of them, "SET 3µs"
+}
+
+// splitOf is x's server split (false: x measured nothing).
+func splitOf(x serverSample) (serverSplit, bool) {
 	if x.n == 0 || x.wall <= 0 {
-		return ""
+		return serverSplit{}, false
 	}
 	n := float64(x.n)
 	per := func(usec int64) float64 { return float64(usec) * 1e3 / n } // ns
@@ -219,45 +552,74 @@ func serverSplit(kind, unit string, x serverSample) string {
 		name string
 		ns   float64
 	}
-	var scripts, inside, calls float64
+	s := serverSplit{cpu: x.serverCPU * 1e9 / n, busy: x.serverCPU / x.wall.Seconds()}
 	var cmds []cmdTime
 	for name, st := range x.commands {
 		if slices.Contains(scriptCommands, name) {
-			scripts += per(st.Usec)
+			s.scripts += per(st.Usec)
 			continue
 		}
-		inside += per(st.Usec)
-		calls += float64(st.Calls)
+		s.inside += per(st.Usec)
+		s.calls += float64(st.Calls) / n
 		cmds = append(cmds, cmdTime{name, per(st.Usec)})
 	}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].ns > cmds[j].ns })
-	var top []string
 	for i, c := range cmds {
 		if i == 6 {
 			break
 		}
-		top = append(top, fmt.Sprintf("%s %s", strings.ToUpper(c.name), fmtDur(c.ns)))
+		s.top = append(s.top, fmt.Sprintf("%s %s", strings.ToUpper(c.name), fmtDur(c.ns)))
 	}
-	cpu, busy := x.serverCPU*1e9/n, x.serverCPU/x.wall.Seconds()
-	return fmt.Sprintf("%s's server (first round): its one command thread %s busy%s; of %s of server CPU per %s, the scripts ran %s - the %.1f commands in them %s of their own (%s), the rest %s: each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments - and %s went to reading, parsing, replying and expiring keys.",
-		kind, fmtPct(busy), nearLimit(busy, unit), fmtDur(cpu), unit, fmtDur(scripts), calls/n, fmtDur(inside), strings.Join(top, ", "), fmtDur(math.Max(0, scripts-inside)), fmtDur(math.Max(0, cpu-scripts)))
+	return s, true
 }
 
-// nearLimit says, for a server whose command thread was busy share of the
-// time, when that thread is the bound: it runs every command, and it
-// shares the two cores with this process.
-func nearLimit(busy float64, unit string) string {
-	if busy < 0.75 {
-		return ""
+// nearLimit reports whether a command thread busy that share of the time
+// is the bound: it runs every command, and it shares the two cores with
+// this process.
+func nearLimit(busy float64) bool { return busy >= 0.75 }
+
+// addSplit adds the rows of each column's server split (first round), per
+// unit ("pair" or "acquisition").
+func (t *boundTable) addSplit(unit string, sample func(col string) serverSample) {
+	split := func(f func(serverSplit) string) func(string) string {
+		return func(c string) string {
+			s, ok := splitOf(sample(c))
+			return orDash(ok, f(s))
+		}
 	}
-	return " - close to the most one thread does while it shares the cores with its clients: the server's CPU per " + unit + " sets the throughput"
+	t.add("command thread busy (first round)", "redis-server runs every command on one thread; at 75% or more, sharing the cores with its clients, it is close to the most it does: its CPU per "+unit+" sets the throughput", split(func(s serverSplit) string {
+		if nearLimit(s.busy) {
+			return fmtPct(s.busy) + ", close to its most"
+		}
+		return fmtPct(s.busy)
+	}))
+	t.add("server CPU per "+unit+" (first round)", "INFO cpu over that window", split(func(s serverSplit) string { return fmtDur(s.cpu) }))
+	t.add("the scripts ran", "commandstats time of the script calls, the commands they run included", split(func(s serverSplit) string { return fmtDur(s.scripts) }))
+	t.add("the commands in them, their own time", "commandstats of the commands the scripts ran", split(func(s serverSplit) string {
+		return fmt.Sprintf("%.1f commands, %s", s.calls, fmtDur(s.inside))
+	}))
+	t.add("the longest of those", "own time per "+unit, split(func(s serverSplit) string { return strings.Join(s.top, ", ") }))
+	t.add("the rest of the scripts' time", "each redis.call's own work around its command (building its arguments, the permission check, turning its reply into Lua values), Lua itself, and decoding each script's keys and arguments",
+		split(func(s serverSplit) string { return fmtDur(math.Max(0, s.scripts-s.inside)) }))
+	t.add("outside the scripts", "reading, parsing, replying and expiring keys", split(func(s serverSplit) string { return fmtDur(math.Max(0, s.cpu-s.scripts)) }))
 }
 
-// overFloors splits an uncontended pair's latency at the floor of the
-// client library it runs on (two empty scripts on that client, in the same
-// turns): what the lock adds over its client's round trips, against what
-// the best peer adds over its own client's. "" without the floors.
-func (r *report) overFloors(kind, q string, pair func([]uncontendedRound) float64) string {
+// floorSplit is an uncontended pair's latency split at the floor of the
+// client library the lock runs on (two empty scripts on that client, in
+// the same turns): what the lock adds over its client's round trips,
+// against what the best peer adds over its own client's.
+type floorSplit struct {
+	client       string  // the lock's client library
+	floor, added float64 // its floor, and what the lock adds over it (ns)
+	peer         string  // the best peer ("" without its client's floor)
+	peerClient   string
+	peerFloor    float64
+	peerAdded    float64
+}
+
+// overFloors is kind's floorSplit at q ("p50" or "p99"); false without
+// the floor of kind's client.
+func (r *report) overFloors(kind, q string, pair func([]uncontendedRound) float64) (floorSplit, bool) {
 	floor := func(name string) (float64, string, bool) {
 		k, ok := r.kind(name)
 		if !ok || len(r.ClientFloors[k.Client]) == 0 {
@@ -267,20 +629,19 @@ func (r *report) overFloors(kind, q string, pair func([]uncontendedRound) float6
 	}
 	mine, client, ok := floor(kind)
 	if !ok {
-		return ""
+		return floorSplit{}, false
 	}
+	fs := floorSplit{client: client, floor: mine, added: pair(r.Uncontended[kind]) - mine}
 	best, bestName := math.Inf(1), ""
 	for _, p := range r.peers() {
 		if pu := r.Uncontended[p.Name]; len(pu) > 0 && pair(pu) < best {
 			best, bestName = pair(pu), p.Name
 		}
 	}
-	peer := ""
 	if theirs, pc, ok := floor(bestName); ok {
-		peer = fmt.Sprintf("; the best peer, %s, %s over the floor on %s (%s)", bestName, fmtDur(best-theirs), pc, fmtDur(theirs))
+		fs.peer, fs.peerClient, fs.peerFloor, fs.peerAdded = bestName, pc, theirs, best-theirs
 	}
-	return fmt.Sprintf(" Over the floor on its own client, %s (%s), it adds %s%s.",
-		client, fmtDur(mine), fmtDur(pair(r.Uncontended[kind])-mine), peer)
+	return fs, true
 }
 
 // scriptsPerAcq lists the script calls per acquisition of a lock's first
@@ -360,17 +721,6 @@ func pickLatency(l lockbench.Latency, q string) time.Duration {
 	return l.Pair.P50
 }
 
-// cpuVerdict says whether the cores were the limit: ours is the server's
-// and this process's CPU, machine everything on the machine, both as a
-// share of all cores.
-func cpuVerdict(ours, machine float64) string {
-	s := fmt.Sprintf("the cores were %s busy (%s of it this benchmark and its server, the rest other work on the machine)", fmtPct(machine), fmtPct(ours))
-	if machine > 0.85 {
-		return s + ": CPU-bound, so every figure here also carries run-queue delays"
-	}
-	return s + ": not CPU-bound"
-}
-
 // slowLine describes the slow Lock calls of the observed many-locks runs.
 func (r *report) slowLine(kind string) string {
 	s := r.ManySlow[kind]
@@ -405,96 +755,4 @@ func perCall(calls commandCalls, cmds []string) float64 {
 		return 0
 	}
 	return float64(usec) / float64(n)
-}
-
-// queueNote gives the figures of the queue operations that missed the
-// target and names the commands inside the scripts whose server time grew
-// most from the shortest queue to the longest (commandstats per length).
-func (r *report) queueNote(ops []string) string {
-	if len(r.Queue) == 0 {
-		return ""
-	}
-	lengths := r.Settings.QueueLengths
-	lo, hi := lengths[0], lengths[len(lengths)-1]
-	q := r.Queue[0]
-	type growth struct {
-		cmd      string
-		from, to float64 // µs per call
-	}
-	var g []growth
-	for cmd, st := range q.Commands[hi] {
-		if st.Calls == 0 || cmd == "evalsha" || cmd == "eval" {
-			continue // the scripts themselves
-		}
-		to := float64(st.Usec) / float64(st.Calls)
-		from := 0.0
-		if a := q.Commands[lo][cmd]; a.Calls > 0 {
-			from = float64(a.Usec) / float64(a.Calls)
-		}
-		g = append(g, growth{cmd, from, to})
-	}
-	sort.Slice(g, func(i, j int) bool { return g[i].to-g[i].from > g[j].to-g[j].from })
-	var parts []string
-	for i, x := range g {
-		if i == 3 || x.to-x.from < 1 {
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f µs per call at %s queued vs %.1f µs at %d", strings.ToUpper(x.cmd), x.to, fmtInt(int64(hi)), x.from, lo))
-	}
-	var figures []string
-	for _, op := range ops {
-		a := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[lo][op].P50 }).med
-		z := durSpread(r.Queue, func(q queueRound) time.Duration { return q.Times[hi][op].P50 }).med
-		figures = append(figures, fmt.Sprintf("%s %s vs %s (%.1fx)", op, fmtDur(z), fmtDur(a), z/math.Max(a, 1)))
-	}
-	what := "No command grew by a microsecond per call"
-	if len(parts) > 0 {
-		what = "The commands whose server time per call grew most (commandstats over the measured calls, the commands inside scripts included): " + strings.Join(parts, "; ")
-	}
-	if a, z := perCall(q.Commands[lo], queueBlind), perCall(q.Commands[hi], queueBlind); a > 0 && z > 0 {
-		what += fmt.Sprintf(". Commands that never read the queue's keys (%s, on the lock hash, the token and the clock) took %.1f µs per call at %s queued vs %.1f µs at %d (%.1fx)",
-			strings.ToUpper(strings.Join(queueBlind, ", ")), z, fmtInt(int64(hi)), a, lo, z/a)
-	}
-	lrem := ""
-	if len(g) > 0 && g[0].cmd == "lrem" {
-		lrem = " LREM, which takes an owner out of the list, scans the list from the head: O(N) in the queue length."
-	}
-	return fmt.Sprintf("**queue scaling** at %s queued against %d: %s. %s.%s",
-		fmtInt(int64(hi)), lo, strings.Join(figures, ", "), what, lrem)
-}
-
-// cpuNote is the evidence for a missed CPU-per-uncontended-pair target:
-// what the lock's pair does against the reference's, from the same
-// windows.
-func (r *report) cpuNote(what, kind string) string {
-	u, ref := r.Uncontended[kind], r.Uncontended[reference]
-	if len(u) == 0 || len(ref) == 0 {
-		return ""
-	}
-	uc := r.uncontendedCosts()
-	mine, theirs := uc[kind], uc[reference]
-	med := func(cs costs, f func(pairCost) float64) float64 { return cs.of(f, nil).med }
-	per := float64(r.Settings.UncontendedOps)
-	if what == "cpuserver" {
-		s, rs := mine.serverCPU(), theirs.serverCPU()
-		run, rrun := med(mine, func(c pairCost) float64 { return c.ScriptRun }), med(theirs, func(c pairCost) float64 { return c.ScriptRun })
-		return fmt.Sprintf("**%s, server CPU per uncontended pair**: %s against %s's %s (%s). "+
-			"Per pair %.1f commands, %.1f of them writes, in %.1f script calls that ran for %s (commandstats, their commands included), the rest of the server CPU reading, parsing and replying; %s: %.1f commands, %.1f writes, %.1f script calls, %s. "+
-			"%s: %s; %s. %s: %s; %s.",
-			kind, fmtDur(s.med), reference, fmtDur(rs.med), ratioCell(s, rs),
-			med(mine, func(c pairCost) float64 { return c.Commands }), med(mine, func(c pairCost) float64 { return c.Writes }),
-			med(mine, func(c pairCost) float64 { return c.Scripts }), fmtDur(run),
-			reference, med(theirs, func(c pairCost) float64 { return c.Commands }), med(theirs, func(c pairCost) float64 { return c.Writes }),
-			med(theirs, func(c pairCost) float64 { return c.Scripts }), fmtDur(rrun),
-			kind, topCommands(u[0].Commands, per, 10), writesLine(u[0].Commands, per),
-			reference, topCommands(ref[0].Commands, per, 10), writesLine(ref[0].Commands, per))
-	}
-	c, rc := mine.clientCPU(), theirs.clientCPU()
-	pair := durSpread(u, func(x uncontendedRound) time.Duration { return x.Pair.P50 }).med
-	return fmt.Sprintf("**%s, client CPU per uncontended pair**: %s against %s's %s (%s), in a pair of p50 %s. "+
-		"Per pair %s allocations and %s bytes against %s and %s, and %.1f script calls (round trips) against %.1f; the figure includes the Go runtime's work (GC, scheduler) and the client library's goroutines.",
-		kind, fmtDur(c.med), reference, fmtDur(rc.med), ratioCell(c, rc), fmtDur(pair),
-		fmtCount(med(mine, func(c pairCost) float64 { return c.Allocs })), fmtCount(med(mine, func(c pairCost) float64 { return c.Bytes })),
-		fmtCount(med(theirs, func(c pairCost) float64 { return c.Allocs })), fmtCount(med(theirs, func(c pairCost) float64 { return c.Bytes })),
-		med(mine, func(c pairCost) float64 { return c.Scripts }), med(theirs, func(c pairCost) float64 { return c.Scripts }))
 }

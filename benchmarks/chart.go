@@ -162,38 +162,3 @@ func trim(v float64) string {
 func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
-
-// bounds writes "What bounds it": the evidence for every target missed.
-func (r *report) bounds() {
-	r.p("## What bounds it")
-	r.p("")
-	if len(missed) == 0 {
-		r.p("Every target was met in this run.")
-		r.p("")
-		return
-	}
-	r.p("One note per target missed, from this run's figures (commandstats, SLOWLOG, CPU).")
-	r.p("")
-	var queueOps []string
-	for _, m := range missed {
-		what, kind, _ := strings.Cut(m, ":")
-		if what == "queue" {
-			queueOps = append(queueOps, kind)
-			continue
-		}
-		if note := r.boundNote(what, kind); note != "" {
-			r.p("- %s", note)
-		}
-	}
-	if len(queueOps) > 0 {
-		r.p("- %s", r.queueNote(queueOps))
-	}
-	r.p("")
-	main := r.Kinds[0].Name
-	perAcq := spreadBy(r.headline(main), func(c contendedRound) float64 { return c.CommandsPerAcq }).med
-	perPair := spreadBy(r.Uncontended[main], func(x uncontendedRound) float64 { return x.CommandsPerPair }).med
-	r.p("What the data layout fixes, whatever the code: fairlock keeps Redisson's keys (a hash, a list for the queue, a zset of deadlines Redisson purges by) plus its own liveness zset, a fencing counter and an unlock latch, so that Java and Go share one lock. "+
-		"A contended acquisition is then two scripts - the waiter's enqueue and the previous holder's unlock, which grants the lock to the head in the same step - and between them they read the server time, check the head's deadline, write the queue and the waiter's two deadlines, move the hold, draw a fencing token, wake the next head and keep every key's expiry (X15): %.0f commands for %s in this run, where a single-key SET NX lock needs 2 to 5. "+
-		"Uncontended, the two scripts run %.0f commands in all, EVALSHA included, against redislock's 5.", perAcq, main, perPair)
-	r.p("")
-}

@@ -181,10 +181,13 @@ func TestCPUTargetRows(t *testing.T) {
 	if strings.Join(cpu, " ") != "cpuserver:fairlock/rueidis cpuclient:fairlock/rueidis" {
 		t.Errorf("missed: %q", cpu)
 	}
-	if n := r.boundNote("cpuserver", "fairlock/rueidis"); !strings.Contains(n, "13.0 commands, 6.0 of them writes") || !strings.Contains(n, "rueidislock: 6.0 commands, 2.0 writes") {
-		t.Errorf("server note: %s", n)
-	}
-	if n := r.boundNote("cpuclient", "fairlock/rueidis"); !strings.Contains(n, "42µs against rueidislock's 25µs (1.68x)") || !strings.Contains(n, "40 allocations") {
-		t.Errorf("client note: %s", n)
-	}
+	wantAll(t, "CPU bounds", tablesText(r.serverCPUBounds([]string{"fairlock/rueidis"}), r.clientCPUBounds([]string{"fairlock/rueidis"})),
+		"| figure | fairlock/rueidis | rueidislock | what it says |",
+		"| server CPU per pair | 34µs | 12µs |",
+		"| against rueidislock's | 2.83x | 1.00x |",
+		"| commands per pair | 13.0 | 6.0 |",
+		"| writes among them | 6.0 | 2.0 |",
+		"| client CPU per pair | 42µs | 25µs |",
+		"| against rueidislock's | 1.68x | 1.00x |",
+		"| allocations per pair | 40 | 40 |")
 }

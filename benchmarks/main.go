@@ -1,7 +1,8 @@
 // Command benchmarks compares fairlock, on each of its adapters, with other
 // Redis lock libraries in one run against a redis-server it starts itself,
-// and writes BENCHMARKS.md, a chart and the raw figures. Run it with
-// scripts/benchmarks.sh from the repository root.
+// and writes BENCHMARKS.md, its summary docs/benchmarks.md, a chart and the
+// raw figures. Run it with scripts/benchmarks.sh from the repository root;
+// -render writes the same files again from the raw figures of a run.
 package main
 
 import (
@@ -21,7 +22,7 @@ import (
 
 func main() {
 	var (
-		out     = flag.String("out", "BENCHMARKS.md", "the report to write")
+		out     = flag.String("out", "BENCHMARKS.md", "the report to write; its summary goes to docs/benchmarks.md beside it")
 		chart   = flag.String("chart", "benchmarks/contention.svg", "the chart to write (SVG); the report links to it by its path relative to the report")
 		raw     = flag.String("json", "benchmarks/results.json", "the raw figures to write")
 		binary  = flag.String("redis-server", "redis-server", "the redis-server binary")
@@ -119,27 +120,45 @@ func finishRun(ctx context.Context, start time.Time, m *meta, errs *[]string, re
 	return nil
 }
 
-// renderFrom writes the report and chart from the raw figures of a run.
+// renderFrom writes the report, its summary and the chart from the raw
+// figures of a run.
 func renderFrom(raw, out, chart string) error {
+	res, err := readResults(raw)
+	if err != nil {
+		return err
+	}
+	return writeReport(res, out, chart)
+}
+
+// readResults reads the raw figures of a run, moving what older files
+// keep elsewhere to where the report reads it.
+func readResults(raw string) (*results, error) {
 	var res results
 	if err := readJSON(raw, &res); err != nil {
-		return err
+		return nil, err
 	}
 	if len(res.UncontendedFloor) > 0 && len(res.reportFloor()) == 0 {
 		res.ClientFloors = map[string][]lockbench.Latency{floorClients[0].name: res.UncontendedFloor}
 	}
-	return writeReport(&res, out, chart)
+	return &res, nil
 }
 
 // clusterJSON is the cluster benchmark's raw figures, whose section
 // writeReport keeps in the report ("" or a missing file: none).
 var clusterJSON, clusterChart string
 
-// writeReport writes the chart and the report, which links to the chart by
-// its path relative to the report.
+// writeReport writes the chart, the summary (summaryPath) and the report,
+// which links to the chart by its path relative to the report.
 func writeReport(res *results, out, chart string) error {
 	rel := relPath(out, chart)
 	if err := os.WriteFile(chart, []byte(renderChart(res)), 0o644); err != nil {
+		return err
+	}
+	summary := summaryPath(out)
+	if err := os.MkdirAll(filepath.Dir(summary), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(summary, []byte(renderSummary(res, relPath(summary, out))), 0o644); err != nil {
 		return err
 	}
 	text := renderReport(res, rel)

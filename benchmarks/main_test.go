@@ -102,6 +102,18 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("report has no %q", section)
 		}
 	}
+	summary, err := os.ReadFile(summaryPath(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, section := range []string{"(../BENCHMARKS.md)", "## Uncontended", "## 16 contenders", "## Idle hand-over", "## 64 goroutines", "## A long queue", " idle waiters\n"} {
+		if !strings.Contains(string(summary), section) {
+			t.Errorf("summary has no %q", section)
+		}
+	}
+	if n := len(strings.Fields(string(summary))); n > summaryWords {
+		t.Errorf("summary: %d words", n)
+	}
 	svg, err := os.ReadFile(chart)
 	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "fairlock/rueidis") {
 		t.Errorf("chart: %v\n%.200s", err, svg)

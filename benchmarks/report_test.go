@@ -61,40 +61,46 @@ func TestServerSplit(t *testing.T) {
 		Acquisitions: 1000, Wall: time.Second, ServerCPU: 0.040,
 		Commands: commandCalls{"evalsha": {Calls: 2000, Usec: 30000}, "set": {Calls: 4000, Usec: 6000}, "get": {Calls: 6000, Usec: 4000}},
 	}}
-	got := serverSplit("x", "pair", firstMany(rounds))
-	for _, want := range []string{"one command thread 4.0% busy", "of 40µs of server CPU per pair", "the scripts ran 30µs", "the 10.0 commands in them 10µs of their own (SET 6µs, GET 4µs)", "the rest 20µs", "and 10µs went to reading"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("serverSplit = %q, want it to say %q", got, want)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6*math.Max(1, math.Abs(want)) }
+	s, ok := splitOf(firstMany(rounds))
+	if !ok || !near(s.busy, 0.04) || !near(s.cpu, 40e3) || !near(s.scripts, 30e3) || !near(s.calls, 10) || !near(s.inside, 10e3) ||
+		strings.Join(s.top, ", ") != "SET 6µs, GET 4µs" || nearLimit(s.busy) {
+		t.Errorf("split = %+v, %v", s, ok)
+	}
+	tab := &boundTable{cols: []string{"x", "none"}}
+	tab.addSplit("pair", func(c string) serverSample {
+		if c == "x" {
+			return firstMany(rounds)
 		}
-	}
-	if strings.Contains(got, "close to the most") {
-		t.Errorf("a thread 4%% busy called near its limit: %q", got)
-	}
+		return firstMany(nil)
+	})
+	wantAll(t, "split rows", tablesText(tab),
+		"| command thread busy (first round) | 4.0% | - |",
+		"| server CPU per pair (first round) | 40µs | - |",
+		"| the scripts ran | 30µs | - |",
+		"| the commands in them, their own time | 10.0 commands, 10µs | - |",
+		"| the longest of those | SET 6µs, GET 4µs | - |",
+		"| the rest of the scripts' time | 20µs | - |",
+		"| outside the scripts | 10µs | - |")
 	rounds[0].ServerCPU = 0.8
-	if got := serverSplit("x", "pair", firstMany(rounds)); !strings.Contains(got, "80.0% busy - close to the most one thread does") {
-		t.Errorf("a thread 80%% busy: %q", got)
+	if s, _ := splitOf(firstMany(rounds)); !nearLimit(s.busy) {
+		t.Errorf("a thread 80%% busy not near its limit: %+v", s)
 	}
-	if got := serverSplit("x", "pair", firstMany(nil)); got != "" {
-		t.Errorf("no rounds: %q", got)
+	if _, ok := splitOf(firstMany(nil)); ok {
+		t.Error("a split without rounds")
 	}
 	// A contended run: 500 acquisitions, the same window, per acquisition.
 	c := []contendedRound{{Acquisitions: 500, Wall: time.Second, ServerCPU: 0.1, TopCommands: rounds[0].Commands}}
-	got = serverSplit("y", "acquisition", firstContended(c))
-	for _, want := range []string{"one command thread 10.0% busy", "of 200µs of server CPU per acquisition", "the scripts ran 60µs", "the 20.0 commands in them 20µs", "and 140µs went to reading"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("contended serverSplit = %q, want it to say %q", got, want)
-		}
+	if s, ok := splitOf(firstContended(c)); !ok || !near(s.busy, 0.1) || !near(s.cpu, 200e3) || !near(s.scripts, 60e3) || !near(s.calls, 20) || !near(s.inside, 20e3) {
+		t.Errorf("contended split = %+v", s)
 	}
-	if got := serverSplit("y", "acquisition", firstContended(nil)); got != "" {
-		t.Errorf("no contended rounds: %q", got)
+	if _, ok := splitOf(firstContended(nil)); ok {
+		t.Error("a contended split without rounds")
 	}
 	// An uncontended window of 2,000 pairs: its round does not count them.
 	u := []uncontendedRound{{Wall: time.Second, ServerCPU: 0.1, Commands: rounds[0].Commands}}
-	got = serverSplit("z", "pair", firstUncontended(u, 2000))
-	for _, want := range []string{"of 50µs of server CPU per pair", "the scripts ran 15µs", "the 5.0 commands in them 5µs"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("uncontended serverSplit = %q, want it to say %q", got, want)
-		}
+	if s, ok := splitOf(firstUncontended(u, 2000)); !ok || !near(s.cpu, 50e3) || !near(s.scripts, 15e3) || !near(s.calls, 5) {
+		t.Errorf("uncontended split = %+v", s)
 	}
 }
 
@@ -112,13 +118,32 @@ func TestOverFloors(t *testing.T) {
 	pair := func(rounds []uncontendedRound) float64 {
 		return durSpread(rounds, func(x uncontendedRound) time.Duration { return pick(x, "p50") }).med
 	}
-	got := r.overFloors("fairlock/go-redis", "p50", pair)
-	want := " Over the floor on its own client, go-redis (90µs), it adds 50µs; the best peer, redislock, 20µs over the floor on go-redis (90µs)."
-	if got != want {
-		t.Errorf("overFloors = %q, want %q", got, want)
+	got, ok := r.overFloors("fairlock/go-redis", "p50", pair)
+	want := floorSplit{client: "go-redis", floor: 90e3, added: 50e3, peer: "redislock", peerClient: "go-redis", peerFloor: 90e3, peerAdded: 20e3}
+	if !ok || got != want {
+		t.Errorf("overFloors = %+v, want %+v", got, want)
 	}
 	res.ClientFloors = nil
-	if got := r.overFloors("fairlock/go-redis", "p50", pair); got != "" {
-		t.Errorf("without floors: %q", got)
+	if _, ok := r.overFloors("fairlock/go-redis", "p50", pair); ok {
+		t.Error("a floor split without floors")
+	}
+}
+
+// tablesText is the Markdown of bound tables.
+func tablesText(tables ...*boundTable) string {
+	var b strings.Builder
+	for _, tab := range tables {
+		tab.write(&b)
+	}
+	return b.String()
+}
+
+// wantAll fails for each of wants that text, what's Markdown, lacks.
+func wantAll(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s has no %q:\n%s", what, want, text)
+		}
 	}
 }
