@@ -16,14 +16,15 @@ type Event struct {
 }
 
 // Subscription receives the events of one channel (or of one key, for
-// KeyWatcher). Events are coalesced, so a slow receiver never stalls the
-// connection's reader: the channel holds at most one pending event. A
-// newer message replaces a pending message - the receiver sees the latest
-// one, which for a lock waiter is the one that matters (a hand-over grant
-// after a "you are first in line") - and a Reconnect replaces a pending
-// message and is kept over later messages, since it tells the receiver to
-// re-check everything. A receiver therefore treats events as the latest
-// news, not as a count.
+// KeyWatcher), in order: every message is delivered, so a receiver that
+// learns one fact per message (a client told that each of its holds was
+// force-unlocked) misses none. A slow receiver never stalls the
+// connection's reader: at most SubscriptionBuffer events wait, and when
+// that many do, they are replaced by one Reconnect, which tells the
+// receiver to re-check everything - so nothing is lost, only summarised.
+// A receiver that only needs the latest news (a lock waiter: a hand-over
+// grant after a "you are first in line") folds what is pending with
+// Latest.
 //
 // An adapter builds Subscriptions with NewSubscription (pubsub.Hub does so
 // for the adapters that use it).
@@ -35,14 +36,18 @@ type Subscription struct {
 	offers  sync.Mutex // one offer at a time, so a replacement is atomic
 }
 
+// SubscriptionBuffer is how many events a Subscription keeps for a slow
+// receiver before it summarises them as one Reconnect.
+const SubscriptionBuffer = 16
+
 // NewSubscription returns a Subscription of channel and the function that
-// delivers an event to it. deliver never blocks (it replaces or keeps a
-// pending event, as Subscription says) and may be called from any goroutine, also after
+// delivers an event to it. deliver never blocks (it queues the event, or
+// summarises a full queue, as Subscription says) and may be called from any goroutine, also after
 // Close, when the event is simply never read. stop, which may be nil, runs
 // once, at the first Close: the adapter stops delivering there and drops
 // the server-side subscription when no other Subscription needs it.
 func NewSubscription(channel string, stop func()) (s *Subscription, deliver func(Event)) {
-	s = &Subscription{channel: channel, events: make(chan Event, 1), stop: stop}
+	s = &Subscription{channel: channel, events: make(chan Event, SubscriptionBuffer), stop: stop}
 	return s, s.offer
 }
 
@@ -65,20 +70,39 @@ func (s *Subscription) Close() {
 func (s *Subscription) offer(e Event) {
 	s.offers.Lock()
 	defer s.offers.Unlock()
+	select {
+	case s.events <- e:
+		return
+	default:
+	}
+	// Full: the receiver is behind. Take the pending events back and
+	// leave one Reconnect in their place (only offers fill the channel,
+	// one at a time, so it fits).
 	for {
 		select {
-		case s.events <- e:
-			return
+		case <-s.events:
+			continue
 		default:
 		}
-		// Full: take the pending event back and keep what matters. Only
-		// offers fill the channel, one at a time, so the next try fits.
+		break
+	}
+	s.events <- Event{Reconnect: true}
+}
+
+// Latest folds first, an event just received, with every event pending
+// behind it into the one that matters to a receiver of the latest news:
+// a Reconnect, if any came (re-check everything), else the newest
+// message. It does not wait.
+func (s *Subscription) Latest(first Event) Event {
+	e := first
+	for {
 		select {
-		case pending := <-s.events:
-			if pending.Reconnect {
-				e = pending
+		case next := <-s.events:
+			if !e.Reconnect {
+				e = next
 			}
-		default: // the receiver took it meanwhile
+		default:
+			return e
 		}
 	}
 }

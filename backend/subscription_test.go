@@ -9,7 +9,7 @@ import (
 )
 
 // TestNewSubscriptionWithoutHub: an adapter builds a Subscription itself;
-// it delivers, coalesces, and runs the adapter's stop once.
+// it delivers every event in order, and runs the adapter's stop once.
 func TestNewSubscriptionWithoutHub(t *testing.T) {
 	stops := 0
 	s, deliver := backend.NewSubscription("ch", func() { stops++ })
@@ -22,18 +22,12 @@ func TestNewSubscriptionWithoutHub(t *testing.T) {
 	default:
 	}
 	deliver(backend.Event{Payload: "0"})
-	deliver(backend.Event{Payload: "1"}) // coalesced: one is pending, the latest
-	if e := <-s.Events(); e.Payload != "1" || e.Reconnect {
-		t.Errorf("event %+v, want the latest delivered", e)
-	}
-	select {
-	case e := <-s.Events():
-		t.Errorf("second event %+v, want it coalesced away", e)
-	default:
-	}
+	deliver(backend.Event{Payload: "1"})
 	deliver(backend.Event{Reconnect: true})
-	if e := <-s.Events(); !e.Reconnect {
-		t.Errorf("event %+v, want a Reconnect", e)
+	for _, want := range []backend.Event{{Payload: "0"}, {Payload: "1"}, {Reconnect: true}} {
+		if e := <-s.Events(); e != want {
+			t.Errorf("event %+v, want %+v", e, want)
+		}
 	}
 	s.Close()
 	s.Close()
@@ -41,6 +35,35 @@ func TestNewSubscriptionWithoutHub(t *testing.T) {
 		t.Errorf("stop ran %d times, want 1", stops)
 	}
 	deliver(backend.Event{Payload: "late"}) // after Close: must not block or panic
+}
+
+// TestSubscriptionLosesNothing: notices that arrive together (a client
+// told that 16 of its holds were force-unlocked at once) all reach the
+// receiver; more than the buffer holds are summarised as one Reconnect,
+// which tells the receiver to re-check everything. (A newer notice used
+// to replace a pending one: 10-14 of 16 holds were not told.)
+func TestSubscriptionLosesNothing(t *testing.T) {
+	s, deliver := backend.NewSubscription("ch", nil)
+	defer s.Close()
+	for i := range backend.SubscriptionBuffer {
+		deliver(backend.Event{Payload: fmt.Sprint(i)})
+	}
+	for i := range backend.SubscriptionBuffer {
+		if e := <-s.Events(); e.Payload != fmt.Sprint(i) {
+			t.Fatalf("event %d: %+v, want payload %d", i, e, i)
+		}
+	}
+	for i := range backend.SubscriptionBuffer + 1 {
+		deliver(backend.Event{Payload: fmt.Sprint(i)})
+	}
+	if e := <-s.Events(); !e.Reconnect {
+		t.Errorf("after an overflow: %+v, want a Reconnect", e)
+	}
+	select {
+	case e := <-s.Events():
+		t.Errorf("after the Reconnect: %+v pending, want nothing", e)
+	default:
+	}
 }
 
 // TestNewSubscriptionNilStop: a nil stop is allowed.
@@ -119,12 +142,12 @@ func ExampleNewSubscription() {
 	// Output: {Payload:0 Reconnect:false}
 }
 
-// TestSubscriptionKeepsTheLatestNews: while an event is pending, a newer
-// message replaces an older one (a lock waiter told "you are first in
-// line" and then granted the lock before it ran must see the grant; the
-// grant used to be dropped, and the waiter slept until its heartbeat), and
-// a Reconnect replaces a message and outlives later ones.
-func TestSubscriptionKeepsTheLatestNews(t *testing.T) {
+// TestSubscriptionLatest: a receiver of the latest news folds what is
+// pending: a newer message replaces an older one (a lock waiter told
+// "you are first in line" and then granted the lock before it ran must
+// see the grant), and a Reconnect replaces a message and outlives later
+// ones.
+func TestSubscriptionLatest(t *testing.T) {
 	reconnect := backend.Event{Reconnect: true}
 	for _, tc := range []struct {
 		name    string
@@ -141,12 +164,12 @@ func TestSubscriptionKeepsTheLatestNews(t *testing.T) {
 			for _, e := range tc.offered {
 				deliver(e)
 			}
-			if got := <-s.Events(); got != tc.want {
+			if got := s.Latest(<-s.Events()); got != tc.want {
 				t.Errorf("received %+v, want %+v", got, tc.want)
 			}
 			select {
 			case e := <-s.Events():
-				t.Errorf("a second event %+v pending, want one at most", e)
+				t.Errorf("an event %+v still pending after Latest", e)
 			default:
 			}
 		})

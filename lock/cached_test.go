@@ -58,6 +58,15 @@ func awaitHoldingQuiet(t *testing.T, srv *redistest.Server, c *lock.Client, trac
 	redistest.Eventually(t, 10*time.Second, "the holding client's watch on the hash", func() bool {
 		return trackedItems(t, srv) > tracked
 	})
+	// The watch's arming is followed by a check of the hold: wait until
+	// the server has seen no command between two polls.
+	last := int64(-1)
+	redistest.Eventually(t, 10*time.Second, "the hold's check after the watch was armed", func() bool {
+		n := serverCalls(t, srv)
+		settled := n == last
+		last = n
+		return settled
+	})
 }
 
 // trackedItems is the server's count of keys tracked for client-side

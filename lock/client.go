@@ -43,6 +43,9 @@ type Client struct {
 	// the lock (a slice, not a set: a new one costs one allocation, not
 	// two).
 	byHash map[string][]*Hold
+	// early holds the loss notices that matched no hold: the grant's
+	// reply may still be on its way (evicted, track).
+	early  map[lossKey]time.Time
 	wakes  localWakes // heads told when a hold of this client on their lock ends (localwake.go)
 	parked int        // owners with a parked subscription (park.go)
 	closed bool
@@ -111,6 +114,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 		owners:  make(map[string]*entry),
 		holds:   make(map[*Hold]holdRef),
 		byHash:  make(map[string][]*Hold),
+		early:   make(map[lossKey]time.Time),
 		closing: make(chan struct{}),
 		wakes:   localWakes{heads: make(map[string][]chan struct{})},
 
@@ -235,9 +239,10 @@ func (c *Client) isClosed() bool {
 
 // track hands a new hold to the watchdog and counts it as a reference to
 // its owner state until it ends (untrack). It returns ErrClosed after
-// Close, and the hold's own error when the hold has ended already (its
-// deadline passed before the grant's reply was applied): an ended hold is
-// never tracked, so nothing keeps it.
+// Close, the hold's own error when the hold has ended already (its
+// deadline passed before the grant's reply was applied), and ErrLockLost
+// when a notice that someone ended it came before the reply: an ended
+// hold is never tracked, so nothing keeps it.
 func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -249,6 +254,9 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
+	if c.takeEarlyLocked(lossKey{m.keys.Hash, h.token}) {
+		return errEvicted(true)
+	}
 	c.holds[h] = holdRef{m: m, o: o}
 	on := c.byHash[m.keys.Hash]
 	if on == nil {
@@ -256,12 +264,32 @@ func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	}
 	c.byHash[m.keys.Hash] = append(on, h)
 	c.owners[o.key].refs++
-	c.listener.holdStarted()
 	return nil
 }
 
-// evicted ends the hold of token on the lock whose hash is key, if the
-// client has it: someone else force-unlocked or deleted it.
+// lossKey names one hold in a loss notice: its lock hash and token.
+type lossKey struct {
+	hash  string
+	token int64
+}
+
+// earlyLossKeep is how long a loss notice that matched no hold is kept
+// for a grant whose reply is still on its way: longer than an attempt
+// may take (attemptTimeout).
+const earlyLossKeep = 2 * attemptTimeout
+
+// errEvicted is the error of a hold someone else force-unlocked or
+// deleted; early: before the grant's reply reached the client.
+func errEvicted(early bool) error {
+	if early {
+		return fmt.Errorf("%w: lock force-unlocked or deleted by another client before its grant reached this client", ErrLockLost)
+	}
+	return fmt.Errorf("%w: lock force-unlocked or deleted by another client", ErrLockLost)
+}
+
+// evicted ends the hold of token on the lock whose hash is key: someone
+// else force-unlocked or deleted it. A notice for a hold the client does
+// not have yet is kept for earlyLossKeep, for the grant on its way.
 func (c *Client) evicted(key string, token int64) {
 	c.mu.Lock()
 	var found *Hold
@@ -272,10 +300,33 @@ func (c *Client) evicted(key string, token int64) {
 			break
 		}
 	}
+	if found == nil {
+		c.keepEarlyLocked(lossKey{key, token})
+	}
 	c.mu.Unlock()
 	if found != nil {
-		ref.o.end(found, fmt.Errorf("%w: lock force-unlocked or deleted by another client", ErrLockLost))
+		ref.o.end(found, errEvicted(false))
 	}
+}
+
+// keepEarlyLocked keeps a notice that matched no hold, and forgets those
+// kept too long. The caller holds c.mu.
+func (c *Client) keepEarlyLocked(k lossKey) {
+	now := time.Now()
+	for old, until := range c.early {
+		if now.After(until) {
+			delete(c.early, old)
+		}
+	}
+	c.early[k] = now.Add(earlyLossKeep)
+}
+
+// takeEarlyLocked reports (and forgets) a kept notice for k. The caller
+// holds c.mu.
+func (c *Client) takeEarlyLocked(k lossKey) bool {
+	until, ok := c.early[k]
+	delete(c.early, k)
+	return ok && time.Now().Before(until)
 }
 
 // holdsOn returns the live holds on the lock whose hash is hash.

@@ -191,6 +191,11 @@ func (unusedBackend) Eval(context.Context, *backend.Script, []string, []string) 
 	return backend.Reply{}, backend.ErrClosed
 }
 
+// Subscribe is called by the client's listener as the client starts.
+func (unusedBackend) Subscribe(context.Context, string) (*backend.Subscription, error) {
+	return nil, backend.ErrClosed
+}
+
 // Close is called by Client.Close, which closes its backend.
 func (unusedBackend) Close() error { return nil }
 

@@ -22,9 +22,11 @@ import (
 // hold it (re-entries, shared owners), in one goroutine that lives while
 // the hash is held. It starts armDelay (50 ms) after the first hold, so a
 // short hold (most Lock+Unlock pairs, contended or not) sends nothing and
-// starts no goroutine: a
-// change before the arming is seen by the arming itself, since watching a
-// missing key fires at once. The client's own writes (renewals,
+// starts no goroutine; each arming (the first included) is followed by a
+// check of the holds, so a change before the watch was armed - the hash
+// deleted and taken by someone else in the hold's first 50 ms - is seen
+// too, and a check the server did not answer is made again after a
+// back-off. The client's own writes (renewals,
 // re-entries, hand-overs) fire it too, and cost one check each. Without a
 // backend that can watch keys the watchdog's tick remains the floor.
 type hashWatches struct {
@@ -174,7 +176,10 @@ func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan stru
 			sub.Close()
 		}
 	}()
-	for changed := false; ; {
+	// The first arming checks too: the hash may have been deleted and
+	// taken by someone else before the watch was armed, which a watch of
+	// an existing key never reports.
+	for changed := true; ; {
 		next, err := w.arm(kw, hash)
 		if sub != nil {
 			sub.Close()
@@ -191,11 +196,15 @@ func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan stru
 			changed = true // the hash went unwatched for a while
 			continue
 		}
-		retry.b.Reset()
 		sub = next
-		if changed {
-			w.c.dog.checkHolds(w.c.holdsOn(hash))
+		if changed && !w.c.dog.checkHolds(w.c.holdsOn(hash)) {
+			// Unanswered: check again after a back-off, re-armed.
+			if retry.pause(w.ctx, errCheckUnanswered) != nil {
+				return
+			}
+			continue
 		}
+		retry.b.Reset()
 		select {
 		case <-sub.Events():
 			changed = true
@@ -209,6 +218,10 @@ func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan stru
 		}
 	}
 }
+
+// errCheckUnanswered is what a watch's back-off waits out: a check of
+// the holds the server did not answer.
+var errCheckUnanswered = errors.New("lock: hold check unanswered")
 
 // arm watches hash once, bounded by watchTimeout.
 func (w *hashWatches) arm(kw backend.KeyWatcher, hash string) (*backend.Subscription, error) {

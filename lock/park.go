@@ -42,10 +42,7 @@ func (c *Client) takeParked(o *owner) *backend.Subscription {
 		return nil
 	}
 	close(p.taken)
-	select {
-	case <-p.sub.Events():
-	default:
-	}
+	p.sub.Latest(backend.Event{}) // what came meanwhile was for the wait that parked it
 	return p.sub
 }
 

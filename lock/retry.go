@@ -121,6 +121,7 @@ func transient(err error) bool {
 		errors.Is(err, ErrNotReplicated),
 		errors.Is(err, ErrLockLost),
 		errors.Is(err, ErrNotHeld),
+		errors.Is(err, ErrNotAcquired), // the server answered: the lock is busy
 		errors.Is(err, ErrClosed),
 		errors.Is(err, ErrInvalidArgument),
 		errors.Is(err, context.Canceled):

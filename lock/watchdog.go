@@ -115,24 +115,26 @@ func (w *watchdog) renewTimeout() time.Duration {
 const reconnectTimeout = 5 * time.Second
 
 // reconnects is the client's listener on its own channel (one per
-// client): it waits for the client's first hold, subscribes, and passes
-// the subscription connection's reconnect events on to the watchdog, and
-// the scripts' notices that someone else force-unlocked or deleted one of
-// the client's holds (tell_evicted) to that hold, which ends at once. It
-// runs beside the watchdog so that a slow subscription never delays
-// renewals.
+// client): it subscribes as the client starts, so that the client hears
+// of its holds from the first one on, and passes the subscription
+// connection's reconnect events on to the watchdog, and the scripts'
+// notices that someone else force-unlocked or deleted one of the client's
+// holds (tell_evicted) to that hold, which ends at once (a notice for a
+// hold whose grant is still on its way is kept for it: Client.evicted).
+// Holds that started before the subscription was confirmed are checked
+// once it is, since a notice sent before then reached nobody. It runs
+// beside the watchdog so that a slow subscription never delays renewals.
 type reconnects struct {
 	c       *Client
 	refused atomic.Pointer[error] // the server refused the channel (NOPERM)
 	dog     *watchdog
-	kick    chan struct{} // a hold started
 	ctx     context.Context
 	stop    context.CancelFunc
 	loop    *job
 }
 
 func startReconnects(c *Client, dog *watchdog) *reconnects {
-	r := &reconnects{c: c, dog: dog, kick: make(chan struct{}, 1)}
+	r := &reconnects{c: c, dog: dog}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.loop = startJob(r.run)
 	return r
@@ -144,29 +146,15 @@ func (r *reconnects) close() {
 	r.loop.close()
 }
 
-// holdStarted tells the listener a hold started (the first one starts it).
-func (r *reconnects) holdStarted() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
 func (r *reconnects) run(stop <-chan struct{}) {
-	select {
-	case <-r.kick:
-	case <-stop:
-		return
-	}
-	sub, failed := r.subscribe(stop)
+	sub := r.subscribe(stop)
 	if sub == nil {
 		return
 	}
 	defer sub.Close()
-	if failed {
-		// The connection failed while the subscription was being set up
-		// (a server that restarted, say), which the new subscription
-		// shows no reconnect for: check the holds once now.
+	// Notices sent before the subscription reached nobody; a server
+	// that restarted meanwhile shows no reconnect either.
+	if len(r.c.liveHolds()) > 0 {
 		r.dog.reconnected()
 	}
 	for {
@@ -187,26 +175,26 @@ func (r *reconnects) run(stop <-chan struct{}) {
 }
 
 // subscribe subscribes to the client's channel, retrying any transient
-// error until the listener stops (nil then), and says whether any try
-// failed. The server's refusal (NOPERM: the user may not subscribe to
-// fairlock_client:*) is not retried: the client records it, and its
-// acquires fail with it from then on (refused).
-func (r *reconnects) subscribe(stop <-chan struct{}) (*backend.Subscription, bool) {
+// error until the listener stops (nil then). The server's refusal
+// (NOPERM: the user may not subscribe to fairlock_client:*) is not
+// retried: the client records it, and its acquires fail with it from then
+// on (refused).
+func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 	retry := newRetrier(stop)
-	for failed := false; ; failed = true {
+	for {
 		ctx, cancel := context.WithTimeout(r.ctx, reconnectTimeout)
 		sub, err := r.c.b.Subscribe(ctx, wire.ClientChannelPrefix+r.c.id)
 		cancel()
 		if err == nil {
-			return sub, failed
+			return sub
 		}
 		if !transient(err) && r.ctx.Err() == nil {
 			err = fmt.Errorf("lock: the client cannot listen on its channel %s%s, where it hears that its holds were force-unlocked and of reconnects: %w", wire.ClientChannelPrefix, r.c.id, err)
 			r.refused.Store(&err)
-			return nil, false
+			return nil
 		}
 		if retry.pause(r.ctx, err) != nil {
-			return nil, false
+			return nil
 		}
 	}
 }
