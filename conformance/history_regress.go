@@ -9,6 +9,8 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/lock/inspect"
+	"github.com/fairlock/fairlock/redistest"
 )
 
 // historyRegressionCases are interleavings the randomized cases found,
@@ -242,9 +244,18 @@ func testAcquireLandingAfterCancel(t *testing.T, s *suite) {
 	t.Cleanup(func() { _, _ = holder.ForceUnlock(context.Background()) })
 
 	gate.deliver(t)
-	st, err := holder.Inspect(ctxFor(t, eventually), 10)
-	if err != nil {
-		t.Fatal(err)
+	// Lock returned at its cancellation; the attempt it had sent is awaited
+	// in the background (X5), and whatever it brings is given back when
+	// its reply arrives: by the end of the gate's hold at the latest.
+	var st inspect.State
+	clean := func() bool {
+		var err error
+		st, err = holder.Inspect(ctxFor(t, eventually), 10)
+		return err == nil && st.CountOf(waiter.Owner()) == 0 && st.QueueLength == 0
+	}
+	deadline := time.Now().Add(lateGateHold + eventually)
+	for !clean() && time.Now().Before(deadline) {
+		time.Sleep(redistest.EventuallyInterval) // bounded polling, not synchronisation
 	}
 	if n := st.CountOf(waiter.Owner()); n > 0 || st.QueueLength > 0 {
 		other := s.newProc(t).mutex(t, name)

@@ -129,11 +129,12 @@ func (b slowDownBackend) Eval(ctx context.Context, _ *backend.Script, _, _ []str
 	}
 }
 
-// TestTryLock_SlowServerDownIsNotBusy: a TryLock whose only attempt timed
-// out after its wait had run out (a partition, not a refused connection)
-// says ErrUnavailable, not busy.
+// TestTryLock_SlowServerDownIsNotBusy: a TryLock whose only attempt is
+// still unanswered when its wait runs out (a partition, not a refused
+// connection) returns at its wait and says ErrUnavailable, not busy. (It
+// used to return only when the attempt timed out, past its wait.)
 func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
-	c, err := lock.NewClient(slowDownBackend{delay: 150 * time.Millisecond})
+	c, err := lock.NewClient(slowDownBackend{delay: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +143,39 @@ func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	_, err = m.TryLock(context.Background(), 50*time.Millisecond)
-	if !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryLock = %v, want ErrUnavailable wrapping the timeout, not ErrNotAcquired", err)
+	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock = %v, want ErrUnavailable, not ErrNotAcquired", err)
+	}
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("TryLock returned after %v, past its 50ms wait and near the attempt's timeout (1.5s)", took)
+	}
+}
+
+// TestLock_ReturnsByItsDeadline: a Lock whose context ends while its
+// attempt waits for a server that does not answer returns at that
+// deadline, not when the attempt does (here after 1.5 s); the attempt
+// is awaited, and the queue left, in the background.
+func TestLock_ReturnsByItsDeadline(t *testing.T) {
+	c, err := lock.NewClient(slowDownBackend{delay: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.NewMutex("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = m.Lock(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Lock = %v, want the deadline and ErrUnavailable", err)
+	}
+	if took > time.Second {
+		t.Errorf("Lock returned %v after it was called, its deadline 100ms (the attempt's reply came at 1.5s)", took)
 	}
 }

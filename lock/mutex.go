@@ -51,7 +51,11 @@ func (m *Mutex) Keys() []string { return m.keys.Script() }
 // not end the wait: Lock retries with back-off, keeping its place in the
 // queue where its entry survived, until ctx ends, and then returns an
 // error wrapping ctx.Err(), ErrUnavailable and the last connection error.
-// An attempt in flight when ctx ends finishes first (at most 5 s).
+// Lock returns within 250 ms of ctx's deadline whatever the server does: an
+// attempt still in flight then, and leaving the queue, finish in the
+// background (Close waits for them). It returns an error wrapping
+// ErrLockLost when the lock was granted but someone force-unlocked or
+// deleted it before the grant's reply arrived.
 func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
 	return m.acquire(ctx, acquireSpec{op: observe.OpLock, watchdog: true})
 }
@@ -176,8 +180,10 @@ func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTr
 			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
 		},
 	}
-	h, err := w.run(ctx)
-	*result = w.result
+	h, err, late := m.runBounded(ctx, w)
+	if !late {
+		*result = w.result
+	}
 	if err != nil {
 		return nil, m.waitErr(parent, ctx, err)
 	}

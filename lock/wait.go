@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -48,6 +49,11 @@ type waiter struct {
 	// at once); set while another owner of the client holds the lock.
 	subscribeAt time.Time
 	local       chan struct{} // wakes the head when a hold of this client on the lock ends (localwake.go)
+
+	// Read by the caller while the call goes on beside it (deadline.go).
+	failing   atomic.Pointer[error] // the latest attempt's connection error; nil after a reply
+	inFlight  atomic.Bool           // an attempt awaits its reply
+	abandoned atomic.Bool           // the caller returned: the observer hears no more
 }
 
 // run makes the call: attempts until the lock is granted, the call gives
@@ -138,7 +144,9 @@ func (w *waiter) attempt(ctx context.Context) (wire.AcquireReply, *Hold, error) 
 		w.call.View, w.call.HoldLease = w.o.attemptView()
 		w.sentSeq = w.m.c.endSeq()
 		sent = time.Now()
+		w.inFlight.Store(true)
 		r, err = w.m.c.evalAcquire(ctx, sent, w.m.keys, w.call)
+		w.noteFailure(err)
 		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
 		return err
 	})
@@ -426,6 +434,7 @@ func (w *waiter) sleep(ctx context.Context, hint time.Duration) (wire.Message, e
 		w.setTimer(wake)
 		select {
 		case e := <-w.events():
+			e = w.sub.Latest(e) // the latest news: a grant behind a "first in line"
 			w.woke(e)
 			msg := wire.ParseMessage(e.Payload)
 			if msg.Kind != wire.Head {
@@ -493,16 +502,16 @@ func earliest(a, b time.Time) time.Time {
 func (w *waiter) noteQueued(position int) {
 	if position > 0 && w.result.Position == 0 {
 		w.result.Position = position
-		if w.tr != nil {
-			w.tr.Queued(position)
+		if tr := w.tracker(); tr != nil {
+			tr.Queued(position)
 		}
 	}
 }
 
 func (w *waiter) woke(e backend.Event) {
 	w.result.Wakeups++
-	if w.tr != nil {
-		w.tr.Woken(e.Reconnect)
+	if tr := w.tracker(); tr != nil {
+		tr.Woken(e.Reconnect)
 	}
 }
 
