@@ -138,9 +138,17 @@
 // (ClientSideCache, RefreshOnInvalidate, CoalesceMisses,
 // InvalidationBatchWindow) apply to the main client only, as before.
 //
+// A Backend made by New watches keys the same way, with a watch client
+// made from the given client's own options (Options(): its address or
+// dialer, credentials, TLS, timeouts): for a *redis.Client (standalone, or
+// a failover client, whose dialer asks the sentinels) and a
+// *redis.ClusterClient. Closing the Backend closes that watch client, not
+// the given one. Any other client (one wrapped by the caller's own type)
+// watches nothing.
+//
 // WatchKey returns backend.ErrNotSupported, and the lock falls back to its
-// heartbeat for such changes, on a Backend made by New (the adapter does
-// not open clients of its own there), and where go-redis does not attach
+// heartbeat for such changes, where the adapter has no watch client (a
+// client New cannot read options from) and where go-redis does not attach
 // CSC: Protocol 2, DB other than 0, a credentials provider, or a server
 // that refuses HELLO 3 or CLIENT TRACKING (found out at the first
 // WatchKey: go-redis then runs the EXISTS around the cache).
@@ -166,7 +174,7 @@ type Backend struct {
 	hub     *pubsub.Hub
 	cluster *redis.ClusterClient // the client, when it is one
 	shards  *pubsub.ShardedHub   // SSubscribe; nil unless cluster is set
-	watch   *watcher             // key watching; nil unless made by Dial
+	watch   *watcher             // key watching; nil without a watch client
 	closing sync.Once
 }
 
@@ -188,7 +196,38 @@ func New(client redis.UniversalClient) *Backend {
 	} else {
 		b.scripts = &combiner{one: b.evalOne, batch: b.EvalBatch, stallAfter: stallAfter}
 	}
+	if opt, ok := optionsOf(client); ok && cscPossible(opt) {
+		b.watch = newWatcher(opt)
+	}
 	return b
+}
+
+// optionsOf returns the options a watch client for client is made from:
+// those of a *redis.Client (standalone or failover) or a
+// *redis.ClusterClient.
+func optionsOf(client redis.UniversalClient) (*redis.UniversalOptions, bool) {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		if o.Network == "unix" {
+			return nil, false
+		}
+		return &redis.UniversalOptions{Addrs: []string{o.Addr}, Dialer: o.Dialer, ClientName: o.ClientName, DB: o.DB,
+			Protocol: o.Protocol, Username: o.Username, Password: o.Password,
+			CredentialsProvider: o.CredentialsProvider, CredentialsProviderContext: o.CredentialsProviderContext,
+			StreamingCredentialsProvider: o.StreamingCredentialsProvider,
+			DialTimeout:                  o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+			ContextTimeoutEnabled: o.ContextTimeoutEnabled, TLSConfig: o.TLSConfig}, true
+	case *redis.ClusterClient:
+		o := c.Options()
+		return &redis.UniversalOptions{Addrs: o.Addrs, IsClusterMode: true, Dialer: o.Dialer, ClientName: o.ClientName,
+			Protocol: o.Protocol, Username: o.Username, Password: o.Password,
+			CredentialsProvider: o.CredentialsProvider, CredentialsProviderContext: o.CredentialsProviderContext,
+			StreamingCredentialsProvider: o.StreamingCredentialsProvider,
+			DialTimeout:                  o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+			ContextTimeoutEnabled: o.ContextTimeoutEnabled, TLSConfig: o.TLSConfig}, true
+	}
+	return nil, false
 }
 
 // Dial returns a Backend on a new client made from opt
@@ -395,14 +434,14 @@ func (b *Backend) Close() error {
 	if b.shards != nil {
 		err = errors.Join(err, b.shards.Close())
 	}
-	if b.owned {
-		b.closing.Do(func() {
-			if b.watch != nil {
-				err = errors.Join(err, b.watch.close())
-			}
+	b.closing.Do(func() {
+		if b.watch != nil {
+			err = errors.Join(err, b.watch.close())
+		}
+		if b.owned {
 			err = errors.Join(err, b.client.Close())
-		})
-	}
+		}
+	})
 	return err
 }
 

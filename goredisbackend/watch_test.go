@@ -229,6 +229,30 @@ func TestWatchKeyStandalone(t *testing.T) {
 	})
 }
 
+// TestWatchKeyNew: a Backend made by New, the way a service plugs in the
+// client it already has, watches keys as one made by Dial does, with a
+// watch client made from that client's options (a DEL by hand used to
+// reach its holders only at the watchdog's tick); closing the Backend
+// leaves the service's client open.
+func TestWatchKeyNew(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, client := range map[string]redis.UniversalClient{
+		"Client":        redis.NewClient(&redis.Options{Addr: srv.Addr()}),
+		"ClientWithCSC": redis.NewClient(&redis.Options{Addr: srv.Addr(), ClientSideCacheConfig: &redis.ClientSideCacheConfig{}}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Cleanup(func() { client.Close() })
+			b := goredisbackend.New(client)
+			t.Cleanup(func() { b.Close() })
+			testWatch(t, b, client)
+			b.Close()
+			if err := client.Ping(context.Background()).Err(); err != nil {
+				t.Errorf("the service's client after the Backend's Close: %v", err)
+			}
+		})
+	}
+}
+
 func TestWatchKeySentinel(t *testing.T) {
 	primary := redistest.Start(t)
 	redistest.StartReplica(t, primary)
@@ -280,13 +304,13 @@ func TestWatchKeyNotSupported(t *testing.T) {
 		name string
 		b    func() *goredisbackend.Backend
 	}{
-		{"NewPlainClient", func() *goredisbackend.Backend {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		{"NewProtocol2", func() *goredisbackend.Backend {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2})
 			t.Cleanup(func() { c.Close() })
 			return goredisbackend.New(c)
 		}},
-		{"NewClientWithCSC", func() *goredisbackend.Backend {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ClientSideCacheConfig: &redis.ClientSideCacheConfig{}})
+		{"NewDB1", func() *goredisbackend.Backend {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 1})
 			t.Cleanup(func() { c.Close() })
 			return goredisbackend.New(c)
 		}},
