@@ -56,6 +56,9 @@ type Latency struct {
 type Report struct {
 	Violations []Violation
 	Notices    []Latency
+	// Visual holds porcupine's visualisation (HTML) of each lock whose
+	// history is not linearizable.
+	Visual map[string][]byte
 }
 
 // Check runs every checker over h.
@@ -70,6 +73,9 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults)...)
 	r.Violations = append(r.Violations, checkReturns(ops, b)...)
 	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
+	lin, visual := checkLinearizable(ops, holds, b)
+	r.Violations = append(r.Violations, lin...)
+	r.Visual = visual
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }
@@ -120,6 +126,9 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violat
 			if h == a.Hold || h.Lock != a.Lock || h.Owner == a.Owner || h.Acquired >= a.Return {
 				continue
 			}
+			if a.Java && javaEndedBefore(ops, a, h.Acquired) {
+				continue
+			}
 			if h.Java {
 				if v, bad := javaStillHeld(ops, h, a); bad {
 					out = append(out, v)
@@ -148,6 +157,20 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violat
 	return out
 }
 
+// javaEndedBefore reports whether a, a Java acquire, may have been ended
+// before from: its script may run anywhere in [a.Call, a.Return] (a slow
+// reply, then lock()'s UNSUBSCRIBE round trip), and a hold-ending call
+// that overlapped the acquire and began before from may have removed the
+// Java hold first (Redisson learns of that only at its unlock, X16).
+func javaEndedBefore(ops []*Op, a *Op, from time.Duration) bool {
+	for _, e := range ops {
+		if e.Kind.ends() && e.Lock == a.Lock && (e.Released || e.Err != "") && e.Return > a.Call && e.Call < from {
+			return true
+		}
+	}
+	return false
+}
+
 // javaStillHeld reports a Java hold that a new acquire overlapped: the
 // Java owner had not called unlock, its lease had not passed, and no
 // hold-ending call on the lock had returned since its grant.
@@ -159,7 +182,7 @@ func javaStillHeld(ops []*Op, h *Hold, a *Op) (Violation, bool) {
 		return Violation{}, false
 	}
 	for _, e := range ops {
-		if e.Kind.ends() && e.Lock == h.Lock && e.Call < a.Return && e.Return > h.Acquired-time.Second {
+		if e.Kind.ends() && e.Lock == h.Lock && e.Call < a.Return && e.Return > h.Called {
 			return Violation{}, false
 		}
 	}
@@ -255,6 +278,12 @@ func checkReturns(ops []*Op, b Bounds) []Violation {
 // queue again) or a Close of the waiter's client in between.
 func checkFIFO(ops []*Op, faults []Fault) []Violation {
 	var out []Violation
+	since := make(map[*Op]time.Duration, len(ops))
+	for _, a := range ops {
+		if a.Hold != nil && a.New {
+			since[a] = queuedSince(ops, a)
+		}
+	}
 	for _, w := range ops {
 		if w.Java || !w.Kind.acquire() || w.Queued == 0 {
 			continue
@@ -263,7 +292,7 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 			if a == w || a.Lock != w.Lock || a.Owner == w.Owner || a.Hold == nil || !a.New {
 				continue
 			}
-			if queuedSince(ops, a) <= w.Queued+5*time.Millisecond || a.Return >= w.Return {
+			if since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
 				continue
 			}
 			if faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
@@ -274,6 +303,21 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 		}
 	}
 	return out
+}
+
+// overtook reports whether a, a new hold, was granted while w still
+// waited: before w's grant (by fencing token, when both are Go holds) or,
+// when w got no hold, before w's deadline.
+func overtook(a, w *Op) bool {
+	switch {
+	case w.Hold != nil && w.New && !a.Java:
+		return a.Hold.Token < w.Hold.Token
+	case w.Hold != nil:
+		return a.Return < w.Hold.Acquired-5*time.Millisecond
+	case w.Limit > 0:
+		return a.Return < w.Call+w.Limit && a.Return < w.Return
+	}
+	return a.Return < w.Return
 }
 
 // disturbed reports whether something between w's queueing and until
@@ -298,9 +342,9 @@ func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 // an error is best effort), back to the owner's last clean outcome.
 func queuedSince(ops []*Op, a *Op) time.Duration {
 	since := a.Call
-	for i := len(ops) - 1; i >= 0; i-- {
+	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
-		if p.Call >= since || p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() {
+		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() {
 			continue
 		}
 		if p.Err == "" || p.NotAcq {

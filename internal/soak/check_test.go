@@ -114,8 +114,52 @@ func TestCheckFIFO(t *testing.T) {
 	if got := checks(h)["fifo"]; got != 1 {
 		t.Errorf("%d FIFO violations, want 1", got)
 	}
+	// Granted in token order, though the later one's call returned first:
+	// no overtaking.
+	first := hold("M", "p", 7, 301*msec, 400*msec)
+	h.AddHold(first)
+	h.Add(&Op{Kind: KindLock, Lock: "M", Owner: "p", Client: "cp", Call: 10 * msec, Queued: 20 * msec, Return: 301 * msec, Hold: first, New: true})
+	acquire(h, hold("M", "q", 8, 300*msec, 500*msec), 100*msec)
+	if got := checks(h)["fifo"]; got != 1 {
+		t.Errorf("with a pair granted in order: %d FIFO violations, want still 1", got)
+	}
 	h.Add(&Op{Kind: KindDelete, Lock: "L", Call: 50 * msec, Return: 60 * msec})
 	if got := checks(h)["fifo"]; got != 0 {
 		t.Errorf("after a Delete of the lock: %d FIFO violations, want 0", got)
+	}
+}
+
+func TestCheckLinearizable(t *testing.T) {
+	release := func(h *History, hd *Hold, call, ret time.Duration) {
+		hd.releasing(call)
+		hd.ended(ret, nil)
+		h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
+	}
+	good := NewHistory(1)
+	a := hold("L", "a", 1, 10*msec, 0)
+	acquire(good, a, 0)
+	release(good, a, 20*msec, 30*msec)
+	b := hold("L", "b", 2, 50*msec, 0)
+	acquire(good, b, 40*msec)
+	release(good, b, 60*msec, 70*msec)
+	if got := checks(good)["linearizable"]; got != 0 {
+		t.Errorf("one holder at a time: %d violations", got)
+	}
+	bad := NewHistory(1)
+	a = hold("L", "a", 1, 10*msec, 0)
+	acquire(bad, a, 0)
+	b = hold("L", "b", 2, 50*msec, 0)
+	acquire(bad, b, 40*msec)
+	release(bad, a, 60*msec, 70*msec) // a released a lock b held meanwhile
+	release(bad, b, 80*msec, 90*msec)
+	r := Check(bad, DefaultBounds(15*time.Second))
+	n := 0
+	for _, v := range r.Violations {
+		if v.Check == "linearizable" {
+			n++
+		}
+	}
+	if n != 1 || len(r.Visual["L"]) == 0 {
+		t.Errorf("two holders at once: %d linearizability violations, visualisation %d bytes; want 1 and some", n, len(r.Visual["L"]))
 	}
 }

@@ -91,6 +91,7 @@ type Op struct {
 	NotHeld  bool   // the error matched ErrNotHeld
 	Canceled bool   // the caller's context ended
 	Released bool   // ForceUnlock/Delete reported it removed something
+	Final    bool   // an Unlock that ended its hold (count 1, no error)
 
 	// Hold is the hold an acquire returned (nil: none), or the hold an
 	// Unlock or Extend acted on.
@@ -104,6 +105,7 @@ type Hold struct {
 	Java                bool
 	Token               int64 // 0 for Java holds
 	Acquired            time.Duration
+	Called              time.Duration // when the acquire that granted it was called
 	Lease               time.Duration // a fixed lease (0: the watchdog's)
 	Watches             bool          // the client watches keys (a DEL by hand is noticed at once)
 

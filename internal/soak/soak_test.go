@@ -15,6 +15,7 @@ var (
 	seconds = flag.Int("soak.seconds", 0, "run the soak for this many seconds (0: TestSoak does not run; scripts/soak.sh sets it)")
 	seed    = flag.Uint64("soak.seed", 0, "the run's seed (0: a fresh one, printed)")
 	out     = flag.String("soak.out", "", "directory for violation reports (default: a temporary one)")
+	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 )
 
 // TestSoak runs the soak when -soak.seconds is set (scripts/soak.sh). It
@@ -49,6 +50,13 @@ func TestSoak(t *testing.T) {
 		if err := os.WriteFile(path, []byte(Explain(res.History, res.Report.Violations)), 0o644); err != nil {
 			t.Log(err)
 		}
+		for l, html := range res.Report.Visual {
+			vpath := filepath.Join(dir, fmt.Sprintf("soak-%d-%s.html", s, strings.ReplaceAll(l, ":", "_")))
+			if err := os.WriteFile(vpath, html, 0o644); err != nil {
+				t.Log(err)
+			}
+			t.Logf("porcupine's visualisation of %s: %s", l, vpath)
+		}
 		logFirsts(t, res.History, res.Report.Violations)
 		for i, v := range res.Report.Violations {
 			if i == 20 {
@@ -59,6 +67,11 @@ func TestSoak(t *testing.T) {
 		}
 		t.Errorf("seed %d; replay: bash scripts/soak.sh --seed %d --seconds %d; shrunk histories in %s", s, s, *seconds, path)
 		fmt.Print(Slice(res.History, res.Report.Violations[0]))
+	}
+	if *report != "" {
+		if err := WriteReport(*report, res, time.Duration(*seconds)*time.Second); err != nil {
+			t.Errorf("report: %v", err)
+		}
 	}
 	fmt.Printf("soak: 1 histories, %d operations, %d faults, %d violations\n", res.Ops, faults, len(res.Report.Violations))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -44,7 +45,7 @@ var Adapters = []Adapter{
 	{"go-redis", true, func(addr string) (backend.Backend, error) {
 		return goredisbackend.Dial(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}), nil
 	}},
-	{"go-redis-new", false, func(addr string) (backend.Backend, error) {
+	{"go-redis-new", true, func(addr string) (backend.Backend, error) {
 		return goredisbackend.New(redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})), nil
 	}},
 }
@@ -122,7 +123,10 @@ func (o *goOwner) step(ctx context.Context) {
 
 func (o *goOwner) holding(ctx context.Context, m *lock.Mutex) {
 	hold := 300 * time.Millisecond
-	if o.private || o.rnd.IntN(5) == 0 {
+	switch r := o.rnd.IntN(10); {
+	case r == 0:
+		hold = 5 * time.Second // a long hold: a loss the holder is not told of shows
+	case o.private || r < 3:
 		hold = 1500 * time.Millisecond // a client holds several locks at once
 	}
 	pause(ctx, o.rnd, hold)
@@ -160,7 +164,8 @@ func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg
 	if kind == KindTryOnce {
 		op.Limit = 0 // one attempt, within the client's attempt bound
 	}
-	cctx = o.c.rec.watch(cctx, op)
+	queued := new(atomic.Int64)
+	cctx = context.WithValue(cctx, queuedKey{}, queued)
 	op.Call = o.h.Now()
 	var lh *lock.Hold
 	var err error
@@ -175,6 +180,7 @@ func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg
 		lh, err = m.TryLock(cctx, arg)
 	}
 	op.Return = o.h.Now()
+	op.Queued = time.Duration(queued.Load())
 	classify(op, err, ctx)
 	if err == nil {
 		o.adopt(op, lh, kind, arg)
@@ -189,7 +195,7 @@ func (o *goOwner) adopt(op *Op, lh *lock.Hold, kind Kind, arg time.Duration) {
 		op.Hold = o.hold
 		return
 	}
-	hd := &Hold{Lock: o.name, Owner: op.Owner, Client: o.c.label, Token: lh.Token(), Acquired: op.Return, Watches: o.c.adapter.Watches}
+	hd := &Hold{Lock: o.name, Owner: op.Owner, Client: o.c.label, Token: lh.Token(), Acquired: op.Return, Called: op.Call, Watches: o.c.adapter.Watches}
 	if kind == KindLockLease {
 		hd.Lease = arg
 	}
@@ -212,6 +218,7 @@ func (o *goOwner) unlock(ctx context.Context, m *lock.Mutex) {
 	}
 	err := m.Unlock(cctx)
 	op.Return = o.h.Now()
+	op.Final = o.count == 1 && err == nil
 	classify(op, err, ctx)
 	o.h.Add(op)
 	o.count--
@@ -258,23 +265,21 @@ func pause(ctx context.Context, rnd *rand.Rand, max time.Duration) {
 	}
 }
 
-// recorder is the clients' observer: it tells the history when an
-// acquire queued.
+// recorder is the clients' observer: it tells an acquire call when its
+// owner queued.
 type recorder struct {
 	h *History
 }
 
+// queuedKey carries, in an acquire's context, where its tracker records
+// when the owner queued (an atomic: a call whose caller gave up may go on
+// in the background).
 type queuedKey struct{}
-
-// watch marks ctx so that the observer finds op when the call queues.
-func (r *recorder) watch(ctx context.Context, op *Op) context.Context {
-	return context.WithValue(ctx, queuedKey{}, op)
-}
 
 // StartAcquire implements observe.Observer.
 func (r *recorder) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
-	op, _ := ctx.Value(queuedKey{}).(*Op)
-	return ctx, &tracker{op: op, h: r.h}
+	cell, _ := ctx.Value(queuedKey{}).(*atomic.Int64)
+	return ctx, &tracker{cell: cell, h: r.h}
 }
 
 // StartRelease implements observe.Observer.
@@ -289,13 +294,13 @@ func (r *recorder) HoldLost(observe.Call, int64, time.Duration, error) {}
 func (r *recorder) Renewed(observe.Call, error) {}
 
 type tracker struct {
-	op *Op
-	h  *History
+	cell *atomic.Int64
+	h    *History
 }
 
 func (t *tracker) Queued(int) {
-	if t.op != nil && t.op.Queued == 0 {
-		t.op.Queued = t.h.Now() // the op is recorded only after the call returns
+	if t.cell != nil {
+		t.cell.CompareAndSwap(0, int64(t.h.Now()))
 	}
 }
 func (t *tracker) Woken(bool)                {}
@@ -337,7 +342,7 @@ func (j *javaOwner) step(ctx context.Context) {
 		op.Err = err.Error()
 	}
 	if held {
-		hd := &Hold{Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Acquired: op.Return, Lease: lease}
+		hd := &Hold{Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Acquired: op.Return, Called: op.Call, Lease: lease}
 		j.h.AddHold(hd)
 		op.Hold, op.New = hd, true
 	}
