@@ -24,10 +24,7 @@ const repoRoot = "../.."
 // that do not compile and that the owners of this package may not fix.
 // Each is still compiled, on its own, and must still fail: when one
 // compiles, the test asks for its entry to be removed.
-var knownBroken = map[string]string{
-	"docs/tracing.md#1": "imports, statements and a method in one block, `...` for code, " +
-		"an undefined Server type, and rueidisotel, a module go.mod does not require",
-}
+var knownBroken = map[string]string{}
 
 // knownImports are the package names a snippet without an import block may
 // use, and their import paths.
