@@ -139,6 +139,9 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violat
 			if u := h.Unlocking(); u > 0 && u < a.Return {
 				continue
 			}
+			if unreachableEnd(ops, faults, h, a.Return) {
+				continue
+			}
 			bound := b.Tick // a DEL by hand reaches a client without key watches at the tick
 			if h.Watches {
 				bound = b.Notice
@@ -155,6 +158,22 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violat
 		}
 	}
 	return out
+}
+
+// unreachableEnd reports whether h was ended by a call that publishes
+// nothing to it in time (a DEL by hand, Redisson's forceUnlock or delete,
+// or any ending call) while its client or the server had a fault: the
+// holder cannot be told then, and the next owner may be granted the lock
+// before it is (the notice check holds such ends to their bounds when no
+// fault is near).
+func unreachableEnd(ops []*Op, faults []Fault, h *Hold, until time.Duration) bool {
+	for _, e := range ops {
+		if e.Kind.ends() && e.Lock == h.Lock && e.Call > h.Called && e.Call < until &&
+			faultDuring(faults, h.Client, e.Call, until, 100*time.Millisecond) {
+			return true
+		}
+	}
+	return false
 }
 
 // javaEndedBefore reports whether a, a Java acquire, may have been ended
@@ -315,7 +334,11 @@ func overtook(a, w *Op) bool {
 	case w.Hold != nil:
 		return a.Return < w.Hold.Acquired-5*time.Millisecond
 	case w.Limit > 0:
-		return a.Return < w.Call+w.Limit && a.Return < w.Return
+		gaveUp := w.Limit
+		if w.Wait > 0 {
+			gaveUp = min(gaveUp, w.Wait)
+		}
+		return a.Return < w.Call+gaveUp && a.Return < w.Return
 	}
 	return a.Return < w.Return
 }

@@ -82,6 +82,7 @@ type Op struct {
 
 	Call, Return time.Duration
 	Limit        time.Duration // the call must return within this (0: no limit checked)
+	Wait         time.Duration // TryLock's wait (0: none)
 	Queued       time.Duration // when the observer said the owner queued (0: never)
 
 	Err      string // "" on success

@@ -139,8 +139,9 @@ func checkLinearizable(ops []*Op, holds []*Hold, b Bounds) ([]Violation, map[str
 			if err := porcupine.Visualize(model, info, &buf); err == nil {
 				visual[l] = buf.Bytes()
 			}
-			out = append(out, Violation{Check: "linearizable", Lock: l, At: lastCall(lops),
-				Text: fmt.Sprintf("the %d grants, releases and ends of %s fit no sequence of one holder at a time with growing tokens", len(lops), l)})
+			at := firstIllegal(model, lops)
+			out = append(out, Violation{Check: "linearizable", Lock: l, At: at,
+				Text: fmt.Sprintf("the grants, releases and ends of %s called up to %s fit no sequence of one holder at a time with growing tokens (of %d in all)", l, ms(at), len(lops))})
 		case porcupine.Unknown:
 			out = append(out, Violation{Check: "linearizable", Lock: l, At: lastCall(lops), Text: "porcupine could not decide within a minute"})
 		}
@@ -154,4 +155,19 @@ func lastCall(ops []porcupine.Operation) time.Duration {
 		last = max(last, op.Call)
 	}
 	return time.Duration(last)
+}
+
+// firstIllegal shrinks an illegal history to its shortest illegal prefix
+// (by call time) and returns the last call in it: where the history first
+// goes wrong.
+func firstIllegal(model porcupine.Model, ops []porcupine.Operation) time.Duration {
+	sorted := append([]porcupine.Operation(nil), ops...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+	n := sort.Search(len(sorted), func(n int) bool {
+		return porcupine.CheckOperationsTimeout(model, sorted[:n+1], 10*time.Second) == porcupine.Illegal
+	})
+	if n >= len(sorted) {
+		return lastCall(sorted)
+	}
+	return time.Duration(sorted[n].Call)
 }

@@ -164,6 +164,9 @@ func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg
 	if kind == KindTryOnce {
 		op.Limit = 0 // one attempt, within the client's attempt bound
 	}
+	if kind == KindTryWait {
+		op.Wait = arg
+	}
 	queued := new(atomic.Int64)
 	cctx = context.WithValue(cctx, queuedKey{}, queued)
 	op.Call = o.h.Now()
