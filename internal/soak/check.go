@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -311,7 +312,7 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 			if a == w || a.Lock != w.Lock || a.Owner == w.Owner || a.Hold == nil || !a.New {
 				continue
 			}
-			if since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
+			if since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) || a.Java && javaMayReenter(ops, a) {
 				continue
 			}
 			if faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
@@ -341,6 +342,27 @@ func overtook(a, w *Op) bool {
 		return a.Return < w.Call+gaveUp && a.Return < w.Return
 	}
 	return a.Return < w.Return
+}
+
+// javaMayReenter reports whether a, a Java acquire, may have re-entered a
+// hold its thread kept: an unlock of the thread failed (a server restarting,
+// say), so Redisson's count stayed up - every acquire since is a re-entry
+// and every unlock takes the count down to where it was - until something
+// ended the hold (a force unlock, a delete, a DEL by hand).
+func javaMayReenter(ops []*Op, a *Op) bool {
+	failed := time.Duration(-1)
+	for _, op := range ops {
+		if op.Call >= a.Call || op.Lock != a.Lock {
+			continue
+		}
+		switch {
+		case op.Kind == KindJavaUnlock && op.Owner == a.Owner && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
+			failed = op.Call
+		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > failed:
+			failed = -1
+		}
+	}
+	return failed >= 0
 }
 
 // disturbed reports whether something between w's queueing and until
