@@ -123,6 +123,16 @@ func TestCheckFIFO(t *testing.T) {
 	if got := checks(h)["fifo"]; got != 1 {
 		t.Errorf("with a pair granted in order: %d FIFO violations, want still 1", got)
 	}
+	// A Java thread whose unlock failed re-enters the hold it kept: its
+	// quick "grant" overtakes nobody.
+	h.Add(&Op{Kind: KindJavaUnlock, Lock: "N", Owner: "j", Client: "java", Java: true, Call: 5 * msec, Return: 6 * msec, Err: "LOADING"})
+	h.Add(&Op{Kind: KindLock, Lock: "N", Owner: "w2", Client: "cw", Call: 10 * msec, Queued: 20 * msec, Return: 500 * msec})
+	jh := &Hold{Lock: "N", Owner: "j", Client: "java", Java: true, Acquired: 101 * msec, Called: 100 * msec, Lease: 5 * time.Second}
+	h.AddHold(jh)
+	h.Add(&Op{Kind: KindJavaLock, Lock: "N", Owner: "j", Client: "java", Java: true, Call: 100 * msec, Return: 101 * msec, Hold: jh, New: true})
+	if got := checks(h)["fifo"]; got != 1 {
+		t.Errorf("with a Java re-entry after a failed unlock: %d FIFO violations, want still 1", got)
+	}
 	h.Add(&Op{Kind: KindDelete, Lock: "L", Call: 50 * msec, Return: 60 * msec})
 	if got := checks(h)["fifo"]; got != 0 {
 		t.Errorf("after a Delete of the lock: %d FIFO violations, want 0", got)
