@@ -24,8 +24,8 @@ const (
 	watchTimeout = time.Second
 )
 
-// background is one such call in flight, in a goroutine the Client's
-// WaitGroup counts (Close waits for it: no longer than the backend takes
+// background is one such call in flight, in a goroutine the client's
+// lifetime counts (Close waits for it: no longer than the backend takes
 // to give up a cancelled call). Its result arrives on done; stop cancels
 // it.
 type background struct {
@@ -41,34 +41,34 @@ type backgroundResult struct {
 	err error
 }
 
-// goBackground runs call in a goroutine with a context that keeps ctx's
-// values and cancellation and ends after timeout or at stop. It returns
-// nil, starting nothing, once the Client is closed.
-func (c *Client) goBackground(ctx context.Context, timeout time.Duration, call func(context.Context) (*backend.Subscription, error)) *background {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.wg.Add(1)
-	c.mu.Unlock()
+// goBackground runs call in a goroutine the client's lifetime counts,
+// with a context that keeps ctx's values and cancellation and ends after
+// timeout or at stop. It returns nil, starting nothing, once the client
+// is closed.
+func goBackground(ctx context.Context, life *lifetime, timeout time.Duration, call func(context.Context) (*backend.Subscription, error)) *background {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	b := &background{done: make(chan backgroundResult, 1), cancel: cancel}
-	go func() {
-		defer c.wg.Done()
-		defer cancel()
-		sub, err := call(ctx)
-		b.mu.Lock()
-		stopped := b.stopped
-		if !stopped {
-			b.done <- backgroundResult{sub: sub, err: err}
-		}
-		b.mu.Unlock()
-		if stopped && sub != nil {
-			sub.Close()
-		}
-	}()
+	if !life.spawn(func() { b.run(ctx, call) }) {
+		cancel()
+		return nil
+	}
 	return b
+}
+
+// run makes the call and hands its result over, or closes the
+// Subscription it made when nobody will read it.
+func (b *background) run(ctx context.Context, call func(context.Context) (*backend.Subscription, error)) {
+	defer b.cancel()
+	sub, err := call(ctx)
+	b.mu.Lock()
+	stopped := b.stopped
+	if !stopped {
+		b.done <- backgroundResult{sub: sub, err: err}
+	}
+	b.mu.Unlock()
+	if stopped && sub != nil {
+		sub.Close()
+	}
 }
 
 // result returns the channel the result arrives on; nil (never ready) for

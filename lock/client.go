@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,46 +25,26 @@ type Client struct {
 	cfg     config
 	scripts *wire.Scripts
 
-	nextOwner  atomic.Int64
-	requests   requestIDs         // names unlock latches
-	keyWatcher backend.KeyWatcher // the backend's, nil when it has none
-	noKeyWatch atomic.Bool        // the backend said it cannot watch keys
-	memory     memoryPolicy       // the server's memory policy, as last read (X18)
+	nextOwner atomic.Int64
+	requests  requestIDs   // names unlock latches
+	watcher   keyWatcher   // the backend's key watches, while it can (keywatch.go)
+	memory    memoryPolicy // the server's memory policy, as last read (X18)
 
 	attemptBound *sharedBound // bounds each acquire attempt (attemptTimeout)
 	unlockBound  *sharedBound // bounds an Unlock's retries (unlockRetryWindow)
 
-	mu     sync.Mutex
-	owners map[string]*entry // owners with a call in flight, a live hold or a parked subscription
-	holds  map[*Hold]holdRef // live holds, for the watchdog
-	// byHash has the same holds by lock hash (a watch or a notice names
-	// one lock): a short list, one hold per owner of the client holding
-	// the lock (a slice, not a set: a new one costs one allocation, not
-	// two).
-	byHash map[string][]*Hold
-	// early holds the loss notices that matched no hold: the grant's
-	// reply may still be on its way (evicted, track).
-	early  map[lossKey]time.Time
+	// The client's parts, each under its own lock (DESIGN.md, Who owns
+	// what).
+	life   lifetime   // open or closed; the calls and goroutines Close waits for
+	owners owners     // the owners in use (owners.go)
+	holds  holdIndex  // the live holds (holds.go)
 	wakes  localWakes // heads told when a hold of this client on their lock ends (localwake.go)
-	parked int        // owners with a parked subscription (park.go)
-	closed bool
-
-	closing chan struct{}  // closed by Close: waiting calls stop
-	calls   sync.WaitGroup // calls in flight; Close waits for their cleanup
-	wg      sync.WaitGroup // a waiter's calls beside its loop, lingering subscriptions
 
 	// The background components, each with its own start and close.
 	dog       *watchdog    // renews the holds
 	listener  *reconnects  // tells the watchdog of reconnects
 	watches   *hashWatches // checks holds whose hash changed
 	describer *job         // WithDescription: keeps the description alive; nil without
-}
-
-// holdRef is what the watchdog needs of a live hold: its Mutex (keys,
-// owner field) and owner.
-type holdRef struct {
-	m *Mutex
-	o *owner
 }
 
 // NewClient returns a Client that talks to Redis through b, and takes b:
@@ -81,17 +60,9 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
 	}
-	cfg := config{lease: defaultLease, waiterTimeout: defaultWaiterTimeout, redissonSlack: defaultRedissonSlack}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	if _, ok := b.(backend.ReplicaWaiter); cfg.replicas > 0 && !ok {
-		return nil, fmt.Errorf("%w: WithReplicaAcks needs a backend.ReplicaWaiter backend", ErrInvalidArgument)
+	cfg, err := newConfig(b, opts)
+	if err != nil {
+		return nil, err
 	}
 	id, err := newUUID()
 	if err != nil {
@@ -107,26 +78,22 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	}
 	kw, _ := b.(backend.KeyWatcher)
 	c := &Client{
-		b:       b,
-		id:      id,
-		cfg:     cfg,
-		scripts: scripts,
-		owners:  make(map[string]*entry),
-		holds:   make(map[*Hold]holdRef),
-		byHash:  make(map[string][]*Hold),
-		early:   make(map[lossKey]time.Time),
-		closing: make(chan struct{}),
-		wakes:   localWakes{heads: make(map[string][]chan struct{})},
-
-		requests:   requestIDs{prefix: requestPrefix},
-		keyWatcher: kw,
-
+		b:            b,
+		id:           id,
+		cfg:          cfg,
+		scripts:      scripts,
+		requests:     requestIDs{prefix: requestPrefix},
+		watcher:      keyWatcher{kw: kw},
 		attemptBound: newSharedBound(attemptTimeout, attemptGrain),
 		unlockBound:  newSharedBound(unlockRetryWindow, unlockRetryGrain),
+		life:         lifetime{closing: make(chan struct{})},
+		wakes:        localWakes{heads: make(map[string][]chan struct{})},
 	}
+	c.owners.init(&c.life)
+	c.watches = startHashWatches(c)
+	c.holds.init(c.watches)
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
-	c.watches = startHashWatches(c)
 	if cfg.description != nil {
 		c.describer = startJob(c.describe)
 	}
@@ -141,7 +108,7 @@ func (c *Client) ID() string { return c.id }
 // WithOwnerID says otherwise. It checks the name (ErrInvalidName) and sends
 // nothing to Redis. After Close it returns ErrClosed.
 func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
-	if c.isClosed() {
+	if c.life.isClosed() {
 		return nil, fmt.Errorf("lock %q: %w", name, ErrClosed)
 	}
 	var mc mutexConfig
@@ -183,195 +150,118 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // the client's description (waiting at most a second for Redis). Last,
 // Close closes the backend and returns what that returned.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.life.close() {
 		return nil
 	}
-	c.closed = true
-	close(c.closing)
-	c.mu.Unlock()
-	c.calls.Wait()
+	c.life.calls.Wait()
 	if c.describer != nil {
 		c.describer.close()
 	}
 	c.listener.close()
 	c.watches.close()
 	c.dog.close()
-	c.wg.Wait()
+	c.life.goroutines.Wait()
 	c.attemptBound.close()
 	c.unlockBound.close()
-	c.mu.Lock()
-	holds := c.holds
-	c.holds = make(map[*Hold]holdRef)
-	c.byHash = make(map[string][]*Hold)
-	c.mu.Unlock()
-	for h, ref := range holds {
+	for h, ref := range c.holds.takeAll() {
 		ref.o.end(h, ErrClosed)
 	}
 	return c.b.Close()
 }
 
+// lifetime is the client's own state: open or closed, and the calls and
+// goroutines Close waits for. Its lock, lifetime.mu, is taken alone. A
+// call or goroutine is counted only while the client is open, so Close's
+// waits see every one.
+type lifetime struct {
+	mu         sync.Mutex
+	closed     bool
+	closing    chan struct{}  // closed by Close: waiting calls stop
+	calls      sync.WaitGroup // calls in flight; Close waits for their cleanup
+	goroutines sync.WaitGroup // beside the calls: a waiter's Subscribe and WatchKey, parked subscriptions, memory re-checks
+}
+
+// close marks the client closed and wakes the waiting calls. It reports
+// false when the client was closed already.
+func (l *lifetime) close() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.closed = true
+	close(l.closing)
+	return true
+}
+
 // begin counts a call in flight, or returns ErrClosed after Close. The
-// caller calls end when it is done. (A returned c.calls.Done would cost
+// caller calls end when it is done. (A returned calls.Done would cost
 // an allocation per call.)
-func (c *Client) begin() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+func (l *lifetime) begin() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return ErrClosed
 	}
-	c.calls.Add(1)
+	l.calls.Add(1)
 	return nil
 }
 
 // end ends a call counted by begin.
-func (c *Client) end() { c.calls.Done() }
+func (l *lifetime) end() { l.calls.Done() }
 
-func (c *Client) isClosed() bool {
+func (l *lifetime) isClosed() bool {
 	select {
-	case <-c.closing:
+	case <-l.closing:
 		return true
 	default:
 		return false
 	}
 }
 
-// track hands a new hold to the watchdog and counts it as a reference to
-// its owner state until it ends (untrack). It returns ErrClosed after
-// Close, the hold's own error when the hold has ended already (its
-// deadline passed before the grant's reply was applied), and ErrLockLost
-// when a notice that someone ended it came before the reply: an ended
-// hold is never tracked, so nothing keeps it.
+// spawn runs f in a goroutine Close waits for, and reports whether it
+// did: not once the client is closed.
+func (l *lifetime) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.goroutines.Add(1)
+	go func() {
+		defer l.goroutines.Done()
+		f()
+	}()
+	return true
+}
+
+// track hands h, a new hold of m's owner o, to the parts that keep a
+// live hold: the hold index (the watchdog, the hash watch, loss notices)
+// and the owner registry, where the hold counts as a use of o until it
+// ends (untrack). It returns ErrClosed after Close, and otherwise what
+// the index refuses: an ended hold is never tracked, so nothing keeps it.
 func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.life.isClosed() {
 		return ErrClosed
 	}
-	// holdEnded untracks under c.mu: a hold that ends after this check is
-	// untracked after it is tracked.
-	if err := h.Err(); err != nil {
+	c.owners.acquire(m) // before the index has it: its untrack gives this back
+	if err := c.holds.track(h, holdRef{m: m, o: o}); err != nil {
+		c.owners.release(o)
 		return err
 	}
-	if c.takeEarlyLocked(lossKey{m.keys.Hash, h.token}) {
-		return errEvicted(true)
-	}
-	c.holds[h] = holdRef{m: m, o: o}
-	on := c.byHash[m.keys.Hash]
-	if on == nil {
-		c.watches.held(m.keys.Hash)
-	}
-	c.byHash[m.keys.Hash] = append(on, h)
-	c.owners[o.key].refs++
 	return nil
 }
 
-// lossKey names one hold in a loss notice: its lock hash and token.
-type lossKey struct {
-	hash  string
-	token int64
-}
-
-// earlyLossKeep is how long a loss notice that matched no hold is kept
-// for a grant whose reply is still on its way: longer than an attempt
-// may take (attemptTimeout).
-const earlyLossKeep = 2 * attemptTimeout
-
-// errEvicted is the error of a hold someone else force-unlocked or
-// deleted; early: before the grant's reply reached the client.
-func errEvicted(early bool) error {
-	if early {
-		return fmt.Errorf("%w: lock force-unlocked or deleted by another client before its grant reached this client", ErrLockLost)
-	}
-	return fmt.Errorf("%w: lock force-unlocked or deleted by another client", ErrLockLost)
-}
-
-// evicted ends the hold of token on the lock whose hash is key: someone
-// else force-unlocked or deleted it. A notice for a hold the client does
-// not have yet is kept for earlyLossKeep, for the grant on its way.
-func (c *Client) evicted(key string, token int64) {
-	c.mu.Lock()
-	var found *Hold
-	var ref holdRef
-	for _, h := range c.byHash[key] {
-		if h.token == token {
-			found, ref = h, c.holds[h]
-			break
-		}
-	}
-	if found == nil {
-		c.keepEarlyLocked(lossKey{key, token})
-	}
-	c.mu.Unlock()
-	if found != nil {
-		ref.o.end(found, errEvicted(false))
-	}
-}
-
-// keepEarlyLocked keeps a notice that matched no hold, and forgets those
-// kept too long. The caller holds c.mu.
-func (c *Client) keepEarlyLocked(k lossKey) {
-	now := time.Now()
-	for old, until := range c.early {
-		if now.After(until) {
-			delete(c.early, old)
-		}
-	}
-	c.early[k] = now.Add(earlyLossKeep)
-}
-
-// takeEarlyLocked reports (and forgets) a kept notice for k. The caller
-// holds c.mu.
-func (c *Client) takeEarlyLocked(k lossKey) bool {
-	until, ok := c.early[k]
-	delete(c.early, k)
-	return ok && time.Now().Before(until)
-}
-
-// holdsOn returns the live holds on the lock whose hash is hash.
-func (c *Client) holdsOn(hash string) []*Hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.byHash[hash])
-}
-
-// liveHolds returns the holds the watchdog renews.
-func (c *Client) liveHolds() []*Hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	hs := make([]*Hold, 0, len(c.holds))
-	for h := range c.holds {
-		hs = append(hs, h)
-	}
-	return hs
-}
-
-// untrack forgets a hold that ended, and wakes this client's heads
-// waiting on its lock (localwake.go).
+// untrack forgets a hold that ended: the index drops it, this client's
+// heads waiting on its lock are woken (localwake.go), and the registry
+// counts it no more.
 func (c *Client) untrack(h *Hold) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ref, ok := c.holds[h]; ok {
-		delete(c.holds, h)
-		if on := c.byHash[ref.m.keys.Hash]; len(on) > 1 {
-			c.byHash[ref.m.keys.Hash] = slices.DeleteFunc(on, func(x *Hold) bool { return x == h })
-		} else {
-			delete(c.byHash, ref.m.keys.Hash)
-			c.watches.released(ref.m.keys.Hash)
-		}
-		c.holdEndedOnLocked(ref.m.keys.Hash)
-		c.releaseLocked(ref.o)
+	ref, ok := c.holds.untrack(h)
+	if !ok {
+		return
 	}
-}
-
-// watcher returns the backend's KeyWatcher, or nil when it has none or
-// has said it cannot watch keys.
-func (c *Client) watcher() backend.KeyWatcher {
-	if c.noKeyWatch.Load() {
-		return nil
-	}
-	return c.keyWatcher
+	c.wakes.holdEnded(ref.m.keys.Hash)
+	c.owners.release(ref.o)
 }
 
 // newUUID returns a random (version 4) UUID from crypto/rand.

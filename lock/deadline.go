@@ -45,8 +45,8 @@ func (m *Mutex) runBounded(ctx context.Context, w *waiter) (h *Hold, err error, 
 		return h, err, false
 	}
 	out := &outcome{done: make(chan struct{})}
-	m.c.calls.Add(1)
-	o := m.c.ownerOf(m) // the background's own reference to the owner
+	m.c.life.calls.Add(1)
+	o := m.c.owners.acquire(m) // the background's own reference to the owner
 	go m.runBeside(ctx, w, o, out)
 	select {
 	case <-out.done:
@@ -86,8 +86,8 @@ var errNoReply = errors.New("no reply yet to the attempt in flight")
 // runBeside runs w beside its caller and hands its outcome over, or, when
 // the caller has returned without it, gives back a hold it brought.
 func (m *Mutex) runBeside(ctx context.Context, w *waiter, o *owner, out *outcome) {
-	defer m.c.calls.Done()
-	defer m.c.release(o)
+	defer m.c.life.calls.Done()
+	defer m.c.owners.release(o)
 	h, err := w.run(ctx)
 	out.mu.Lock()
 	if out.abandoned {

@@ -48,41 +48,44 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 	if h == nil {
 		return m.errorf(fmt.Errorf("%w: no hold to extend (nil)", ErrNotHeld))
 	}
-	if err := m.c.begin(); err != nil {
+	if err := m.c.life.begin(); err != nil {
 		return m.errorf(err)
 	}
-	defer m.c.end()
-	o := m.c.ownerOf(m)
-	defer m.c.release(o)
-	if err := o.enter(ctx); err != nil {
+	defer m.c.life.end()
+	o := m.c.owners.acquire(m)
+	defer m.c.owners.release(o)
+	if err := o.withGate(ctx, func() error { return m.extend(ctx, o, h, lease) }); err != nil {
 		return m.errorf(err)
 	}
-	defer o.exit()
+	return nil
+}
 
+// extend is Extend in the owner's gate.
+func (m *Mutex) extend(ctx context.Context, o *owner, h *Hold, lease time.Duration) error {
 	call, view, err := o.extension(h)
 	if err != nil {
-		return m.errorf(err)
+		return err
 	}
 	call.Owner, call.Lease, call.Wake = m.field, lease, m.wake()
 	got, sent, err := m.sendExtend(ctx, h, call)
 	switch {
 	case err == nil && got == wire.RenewLost:
 		o.end(h, fmt.Errorf("%w: not held when extending (lease ran out, force-unlocked or deleted)", ErrLockLost))
-		return m.errorf(h.Err())
+		return h.Err()
 	case err == nil && o.renewed(h, call, got, sent):
 		return nil
 	case h.Err() == nil:
 		// Outcome unknown: the server may have extended the hold, which
 		// only makes it last longer than the client's deadline says.
-		return m.errorf(err)
+		return err
 	}
 	// h ended (its deadline passed) while the request was in flight: the
 	// server may have extended a hold the client no longer counts.
 	m.giveBackAll(ctx, view, call.HoldLease)
 	if err != nil {
-		return m.errorf(joinLine(h.Err(), err))
+		return joinLine(h.Err(), err)
 	}
-	return m.errorf(h.Err())
+	return h.Err()
 }
 
 // sendExtend runs renew.lua - which lengthens the hold only while it is
@@ -92,7 +95,7 @@ func (m *Mutex) Extend(ctx context.Context, h *Hold, lease time.Duration) error 
 func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.RenewReply, time.Time, error) {
 	c := call.Call(m.c.scripts, m.keys)
 	got, sent := wire.RenewLost, time.Time{}
-	err := newRetrier(m.c.closing).do(ctx, func() error {
+	err := newRetrier(m.c.life.closing).do(ctx, func() error {
 		sent = time.Now()
 		rep, err := m.c.b.Eval(ctx, c.Script, c.Keys, c.Args)
 		switch {
@@ -110,7 +113,8 @@ func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.
 // giveBackAll releases, one count at a time, the hold view describes - a
 // hold the client has ended - bounded by cleanupTimeout. It stops at the
 // first error or when the server no longer has the hold; the hold frees
-// itself within its lease then anyway. The caller holds the owner's gate.
+// itself within its lease then anyway. It runs in the owner's gate (a
+// grant, Extend).
 func (m *Mutex) giveBackAll(ctx context.Context, view wire.View, lease time.Duration) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

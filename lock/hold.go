@@ -26,6 +26,12 @@ type Hold struct {
 	err      error // written once, before done is closed
 }
 
+// leaseGuard is how much earlier than the lease allows the client ends a
+// hold: room for a late timer on a loaded machine.
+func leaseGuard(lease time.Duration) time.Duration {
+	return min(lease/20, 100*time.Millisecond)
+}
+
 // Token returns the fencing token: it is larger than the token of every
 // earlier hold of this lock by any fairlock client. Pass it to the storage
 // you guard and reject writes carrying an older one. 0 for a nil Hold.

@@ -15,9 +15,9 @@ import (
 // changes it. Every Mutex of a Client with the same lock name and owner ID
 // shares one owner, as they are one owner to the server. The transitions
 // are the methods below; each takes a decoded reply or event and says
-// what the caller does next. They do no I/O: the callers (wait.go,
-// mutex.go, extend.go, watchdog.go) send the scripts, one at a time per
-// owner (the gate), and feed the replies back.
+// what the caller does next. They do no I/O: the callers (attempt.go,
+// unlock.go, extend.go, watchdog.go) send the scripts, each through the
+// owner's gate (withGate), and feed the replies back.
 //
 //	          attempt queued                 grant (reply or message)
 //	idle ─────────────────────▶ queued ──────────────────────────────▶ held
@@ -70,44 +70,18 @@ func (o *owner) init(key string, onEnd holdEnder) {
 	o.key, o.gate, o.onEnd = key, make(chan struct{}, 1), onEnd
 }
 
-// phase names the owner's state, for tests and the design note.
-type phase string
-
-const (
-	phaseIdle        phase = "idle"
-	phaseQueued      phase = "queued"
-	phaseUnconfirmed phase = "held (unconfirmed grant)"
-	phaseHeld        phase = "held"
-	phaseReleasing   phase = "releasing"
-)
-
-func (o *owner) phase() phase {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case o.hold != nil && o.releases > 0:
-		return phaseReleasing
-	case o.hold != nil && o.unconfirmed:
-		return phaseUnconfirmed
-	case o.hold != nil:
-		return phaseHeld
-	case o.queued:
-		return phaseQueued
-	}
-	return phaseIdle
-}
-
-// enter takes the gate, or returns ctx's error.
-func (o *owner) enter(ctx context.Context) error {
+// withGate runs work in the owner's gate, one script that changes the hold
+// at a time, its reply applied before the next is sent. It returns work's
+// error, or ctx's when ctx ends before the gate is free.
+func (o *owner) withGate(ctx context.Context, work func() error) error {
 	select {
 	case o.gate <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	defer func() { <-o.gate }()
+	return work()
 }
-
-func (o *owner) exit() { <-o.gate }
 
 // current returns the live hold, or nil.
 func (o *owner) current() *Hold {
@@ -182,8 +156,7 @@ func (o *owner) queuedBy() {
 
 // mustLeave reports whether the owner's last waiting call must leave the
 // queue: it is still marked queued and no other call waits (else the
-// queue entry, and any grant on its way, are that call's). The caller
-// holds the gate.
+// queue entry, and any grant on its way, are that call's).
 func (o *owner) mustLeave() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -291,12 +264,6 @@ func (o *owner) start(token int64, count int, sent time.Time, firm, lease time.D
 	o.timer = time.AfterFunc(time.Until(deadline), func() { o.expire(h) })
 	o.queued = false // the grant took the owner out of the queue
 	return h, nil
-}
-
-// leaseGuard is how much earlier than the lease allows the client ends a
-// hold: room for a late timer on a loaded machine.
-func leaseGuard(lease time.Duration) time.Duration {
-	return min(lease/20, 100*time.Millisecond)
 }
 
 // extendLocked moves the deadline to sent+lease (less the guard) when that

@@ -38,6 +38,33 @@ func (e *endings) of(h *Hold) []error {
 	return e.errs[h]
 }
 
+// phase names the owner's state, as the design note does.
+type phase string
+
+const (
+	phaseIdle        phase = "idle"
+	phaseQueued      phase = "queued"
+	phaseUnconfirmed phase = "held (unconfirmed grant)"
+	phaseHeld        phase = "held"
+	phaseReleasing   phase = "releasing"
+)
+
+func (o *owner) phase() phase {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.hold != nil && o.releases > 0:
+		return phaseReleasing
+	case o.hold != nil && o.unconfirmed:
+		return phaseUnconfirmed
+	case o.hold != nil:
+		return phaseHeld
+	case o.queued:
+		return phaseQueued
+	}
+	return phaseIdle
+}
+
 const testLease = 30 * time.Second
 
 func grantedReply(token int64, count int) wire.AcquireReply {

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -40,54 +41,48 @@ const localSubscribeDelay = 20 * time.Millisecond
 // by its own deadline, before the server's expiry) queues again as
 // before. Only heads wait for it: when a waiter further back wakes, the
 // lock goes to the head first.
+//
+// localWakes has its own lock, localWakes.mu, taken alone.
 type localWakes struct {
+	mu    sync.Mutex
 	heads map[string][]chan struct{} // by lock hash: the heads' channels (buffered, one wake-up pending at most)
 	// The hashes of the latest hold ends, by sequence number (ended), so
 	// that a head can tell whether the hold ahead of it ended before it
 	// registered: its wake-up went to nobody then.
 	recent [256]string
-	ended  atomic.Uint64 // hold ends so far; written under Client.mu
+	ended  atomic.Uint64 // hold ends so far; written under mu
 }
 
-// endSeq returns the number of hold ends so far: an attempt notes it
-// before it is sent, for awaitLocal.
-func (c *Client) endSeq() uint64 { return c.wakes.ended.Load() }
+// seq returns the number of hold ends so far: an attempt notes it before
+// it is sent, for await.
+func (w *localWakes) seq() uint64 { return w.ended.Load() }
 
-// awaitLocal registers wake, the channel of a waiter at the head of the
-// lock whose hash is hash, to be told when a hold of this client on that
-// lock ends. It reports whether one ended after since (endSeq, read before
-// the attempt that made the waiter the head was sent) - its wake-up came
-// before the registration, and the waiter attempts again at once - and
-// otherwise whether another owner of this client holds the lock now, o
-// being the waiter's owner: its release will wake the waiter.
-func (c *Client) awaitLocal(hash string, wake chan struct{}, since uint64, o *owner) (ended, heldHere bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := &c.wakes
+// await registers wake, the channel of a waiter at the head of the lock
+// whose hash is hash, to be told when a hold of this client on that lock
+// ends (holdEnded). It reports whether one ended after since (seq, read
+// before the attempt that made the waiter the head was sent): its wake-up
+// came before the registration, and the waiter attempts again at once.
+func (w *localWakes) await(hash string, wake chan struct{}, since uint64) (ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.heads[hash] = append(w.heads[hash], wake)
 	now := w.ended.Load()
 	if now-since > uint64(len(w.recent)) {
-		return true, false // more ended than recent keeps: it may have been one
+		return true // more ended than recent keeps: it may have been one
 	}
 	for seq := since; seq < now; seq++ {
 		if w.recent[seq%uint64(len(w.recent))] == hash {
-			return true, false
+			return true
 		}
 	}
-	for _, h := range c.byHash[hash] {
-		if c.holds[h].o != o {
-			return false, true
-		}
-	}
-	return false, false
+	return false
 }
 
-// stopAwaiting unregisters wake (awaitLocal).
-func (c *Client) stopAwaiting(hash string, wake chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	heads := c.wakes.heads
-	waiting := heads[hash]
+// stop unregisters wake (await).
+func (w *localWakes) stop(hash string, wake chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	waiting := w.heads[hash]
 	for i, ch := range waiting {
 		if ch == wake {
 			waiting = append(waiting[:i], waiting[i+1:]...)
@@ -95,17 +90,18 @@ func (c *Client) stopAwaiting(hash string, wake chan struct{}) {
 		}
 	}
 	if len(waiting) == 0 {
-		delete(heads, hash)
+		delete(w.heads, hash)
 		return
 	}
-	heads[hash] = waiting
+	w.heads[hash] = waiting
 }
 
-// holdEndedOnLocked records that a hold of this client on the lock whose
-// hash is hash ended, and wakes the heads waiting on it. The caller holds
-// c.mu.
-func (c *Client) holdEndedOnLocked(hash string) {
-	w := &c.wakes
+// holdEnded records that a hold of this client on the lock whose hash is
+// hash ended, after the hold index dropped it, and wakes the heads
+// waiting on it.
+func (w *localWakes) holdEnded(hash string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	seq := w.ended.Load()
 	w.recent[seq%uint64(len(w.recent))] = hash
 	w.ended.Store(seq + 1)

@@ -110,9 +110,9 @@ func TestLocalWake_ReleaseBeforeTheHeadKnew(t *testing.T) {
 	if err := waiter.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
+	c.wakes.mu.Lock()
 	left := len(c.wakes.heads)
-	c.mu.Unlock()
+	c.wakes.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d locks still have heads registered after every call ended", left)
 	}

@@ -51,7 +51,7 @@ type hashWatches struct {
 
 // hashWatch is one held hash: when the client's first hold on it started,
 // and the stop of its watch goroutine (nil while none runs). Which holds
-// the client has on the hash is the Client's (byHash).
+// the client has on the hash is the hold index's (holds.go).
 type hashWatch struct {
 	since time.Time
 	stop  chan struct{}
@@ -102,7 +102,7 @@ func (hw hashWatch) end() {
 func (w *hashWatches) held(hash string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.byHash[hash]; ok || w.closed || w.c.watcher() == nil {
+	if _, ok := w.byHash[hash]; ok || w.closed || w.c.watcher.get() == nil {
 		return
 	}
 	w.byHash[hash] = hashWatch{since: time.Now()}
@@ -127,7 +127,7 @@ func (w *hashWatches) startDue() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.arming = false
-	kw := w.c.watcher()
+	kw := w.c.watcher.get()
 	if w.closed || kw == nil {
 		return
 	}
@@ -166,7 +166,7 @@ func (w *hashWatches) released(hash string) {
 // watch keeps one notification armed on hash until stop, and checks the
 // client's holds on it after each. It re-arms before checking, so that a
 // change after the check is seen. A backend that cannot watch keys ends it
-// for good (noKeyWatch); other errors are retried with back-off.
+// for good (keyWatcher); other errors are retried with back-off.
 func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan struct{}) {
 	defer w.wg.Done()
 	retry := newRetrier(stop)
@@ -185,8 +185,7 @@ func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan stru
 			sub.Close()
 			sub = nil
 		}
-		if errors.Is(err, backend.ErrNotSupported) {
-			w.c.noKeyWatch.Store(true)
+		if w.c.watcher.noteErr(err) {
 			return
 		}
 		if err != nil {
@@ -197,7 +196,7 @@ func (w *hashWatches) watch(kw backend.KeyWatcher, hash string, stop <-chan stru
 			continue
 		}
 		sub = next
-		if changed && !w.c.dog.checkHolds(w.c.holdsOn(hash)) {
+		if changed && !w.c.dog.checkHolds(w.c.holds.on(hash)) {
 			// Unanswered: check again after a back-off, re-armed.
 			if retry.pause(w.ctx, errCheckUnanswered) != nil {
 				return

@@ -150,18 +150,22 @@ func TestHoldsByHash(t *testing.T) {
 		ms = append(ms, m)
 	}
 	for _, m := range ms {
-		hs := c.holdsOn(m.keys.Hash)
-		if len(hs) != 1 || c.holds[hs[0]].m != m {
+		hs := c.holds.on(m.keys.Hash)
+		var ref holdRef
+		if len(hs) == 1 {
+			ref, _ = c.holds.ref(hs[0])
+		}
+		if ref.m != m {
 			t.Fatalf("holds on %s: %v, want the one of its mutex", m.keys.Hash, hs)
 		}
 	}
 	if err := ms[0].Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if hs := c.holdsOn(ms[0].keys.Hash); len(hs) != 0 {
+	if hs := c.holds.on(ms[0].keys.Hash); len(hs) != 0 {
 		t.Fatalf("holds on %s after its unlock: %v", ms[0].keys.Hash, hs)
 	}
-	if hs := c.holdsOn(ms[1].keys.Hash); len(hs) != 1 {
+	if hs := c.holds.on(ms[1].keys.Hash); len(hs) != 1 {
 		t.Fatalf("holds on %s after another lock's unlock: %v", ms[1].keys.Hash, hs)
 	}
 }

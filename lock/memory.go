@@ -71,32 +71,14 @@ func evictionError(m wire.Server) error {
 	return fmt.Errorf("%w: maxmemory %d bytes with maxmemory-policy %s evicts keys with a TTL when memory is full, a held lock among them, and the next waiter then gets it while the holder still works; set maxmemory-policy noeviction (or no maxmemory) on the server, or accept the risk with lock.WithEvictionRisk()", ErrEvictionPolicy, m.MaxMemory, m.Policy)
 }
 
-// recheckMemory reads the policy again (after a reconnect) and records the
+// reread reads the policy again (after a reconnect) and records the
 // finding for the acquires to come.
-func (c *Client) recheckMemory(ctx context.Context) {
-	if err := readMemoryPolicy(ctx, c.b, c.scripts); err != nil {
-		c.memory.evicts.Store(&err)
+func (p *memoryPolicy) reread(ctx context.Context, b backend.Backend, s *wire.Scripts) {
+	if err := readMemoryPolicy(ctx, b, s); err != nil {
+		p.evicts.Store(&err)
 		return
 	}
-	c.memory.evicts.Store(nil)
-}
-
-// goRecheckMemory runs recheckMemory beside the caller, counted by the
-// Client's WaitGroup; nothing once the client is closed.
-func (c *Client) goRecheckMemory(ctx context.Context) {
-	if c.cfg.evictionRisk {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.recheckMemory(ctx)
-	}()
+	p.evicts.Store(nil)
 }
 
 // outOfMemory wraps err with ErrOutOfMemory when the server refused a

@@ -25,7 +25,7 @@ type Mutex struct {
 	field   string // "<clientID>:<ownerID>", the hash field and queue entry
 	channel string // this owner's wake-up channel
 
-	ownerKey string // the Client's registry key of this owner on this lock
+	ownerKey string // the owner registry's key of this owner on this lock (owners.go)
 }
 
 // Name returns the lock name (without the client's key prefix).
@@ -127,10 +127,10 @@ func (m *Mutex) acquire(ctx context.Context, spec acquireSpec) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.errorf(err)
 	}
-	if err := m.c.begin(); err != nil {
+	if err := m.c.life.begin(); err != nil {
 		return nil, m.errorf(err)
 	}
-	defer m.c.end()
+	defer m.c.life.end()
 	var result observe.AcquireResult
 	start := time.Now()
 	ctx, tr := m.observeAcquire(ctx, spec.op)
@@ -163,8 +163,8 @@ func attemptRetrier(closing <-chan struct{}, spec acquireSpec) retrier {
 
 // wait runs one acquire call and records its result.
 func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTracker, result *observe.AcquireResult) (*Hold, error) {
-	o := m.c.ownerOf(m)
-	defer m.c.release(o)
+	o := m.c.owners.acquire(m)
+	defer m.c.owners.release(o)
 	parent := ctx
 	if spec.wait > 0 {
 		var cancel context.CancelFunc
@@ -174,7 +174,7 @@ func (m *Mutex) wait(ctx context.Context, spec acquireSpec, tr observe.AcquireTr
 	cfg := &m.c.cfg
 	w := &waiter{
 		m: m, o: o, lease: spec.lease, watchdog: spec.watchdog, tr: tr,
-		retry: attemptRetrier(m.c.closing, spec),
+		retry: attemptRetrier(m.c.life.closing, spec),
 		call: wire.Acquire{
 			Owner: m.field, Lease: spec.lease, WaiterTimeout: cfg.waiterTimeout, Once: spec.try && spec.wait == 0,
 			Wake: m.wake(), MaxHint: cfg.waiterTimeout / 3, Slack: cfg.redissonSlack,
@@ -223,7 +223,7 @@ func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 		return m.errorf(fmt.Errorf("%w (wait ran out)", lastCause(err)))
 	case errors.Is(context.Cause(ctx), errWaitExpired):
 		return m.errorf(ErrNotAcquired)
-	case m.c.isClosed() && !errors.Is(err, ErrClosed):
+	case m.c.life.isClosed() && !errors.Is(err, ErrClosed):
 		return m.errorf(joinLine(ErrClosed, err))
 	}
 	return m.errorf(unavailable(err))
@@ -266,190 +266,6 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 	return wire.DecodeLeave(rep)
 }
 
-// Unlock releases one hold of this owner: the lock is released when
-// the count reaches 0, and the next waiter is woken. It returns ErrNotHeld,
-// changing nothing, when this owner does not hold the lock.
-//
-// Connection errors are retried with back-off for 2 to 2.2 s (within the
-// unlock latch's lifetime, and never applied twice). A deadline of ctx
-// that comes sooner ends Unlock at that deadline. A cancellation of ctx
-// stops the retries but lets the request in flight finish - one round
-// trip, or those seconds when the server does not answer - so that an
-// Unlock cancelled while its request was on the way still releases the
-// lock when the server answers, instead of leaving it held until its
-// lease runs out. When Unlock fails all the same, the Hold ends (Err
-// wraps ErrLockLost) and is no longer renewed, so the lock frees itself
-// within one lease whatever happened on the server; when those seconds
-// ran out before ctx did, Unlock's error wraps ErrLockLost too, and the
-// last connection error.
-func (m *Mutex) Unlock(ctx context.Context) (err error) {
-	if err := m.checkCall(ctx); err != nil {
-		if ctx != nil && ctx.Err() != nil {
-			m.endUnsent(ctx.Err())
-		}
-		return err
-	}
-	if err := m.c.begin(); err != nil {
-		return m.errorf(err)
-	}
-	defer m.c.end()
-	var result observe.ReleaseResult
-	ctx, tr := m.observeRelease(ctx, observe.OpUnlock)
-	if tr != nil {
-		defer func() { tr.End(releaseResult(result, err, errors.Is(err, ErrNotHeld))) }()
-	}
-	o := m.c.ownerOf(m)
-	defer m.c.release(o)
-	if err := o.enter(ctx); err != nil {
-		m.endUnsent(err)
-		return m.errorf(err)
-	}
-	defer o.exit()
-	h, view, lease := o.releasing(m.c.cfg.lease)
-	left, sent, err := m.release(ctx, view, lease)
-	if o.released(h, left, sent, err) && err == nil && left == 0 {
-		result.Held = time.Since(h.acquired)
-	}
-	switch {
-	case err != nil:
-		return m.errorf(err)
-	case left < 0:
-		return m.errorf(ErrNotHeld)
-	}
-	result.HoldCount = left
-	return nil
-}
-
-// endUnsent ends the owner's hold, if it has a live one, for an Unlock
-// that gives up (for the reason err) before it could send its release -
-// its context had ended, or ended while it waited for its turn behind
-// another call of the owner - so that nothing renews it again and the
-// lock frees itself within the lease (X13). It needs no turn: an attempt
-// of the owner in flight meanwhile that re-enters the hold finds it ended
-// and gives its counts back.
-func (m *Mutex) endUnsent(err error) {
-	if o := m.c.lookup(m); o != nil {
-		o.endLive(fmt.Errorf("%w: unlock gave up before its release was sent (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err))
-	}
-}
-
-// observeRelease tells the observer, if any, of a release call starting.
-func (m *Mutex) observeRelease(ctx context.Context, op observe.Op) (context.Context, observe.ReleaseTracker) {
-	if obs := m.c.cfg.observer; obs != nil {
-		return obs.StartRelease(ctx, m.call(op))
-	}
-	return ctx, nil
-}
-
-// releaseResult completes r for the observer: released unless err, or
-// notHeld.
-func releaseResult(r observe.ReleaseResult, err error, notHeld bool) observe.ReleaseResult {
-	r.Err = err
-	switch {
-	case notHeld:
-		r.Outcome = observe.OutcomeNotHeld
-	case err != nil:
-		r.Outcome = observe.OutcomeError
-	default:
-		r.Outcome = observe.OutcomeReleased
-	}
-	return r
-}
-
-// release runs unlock.lua for the hold view describes (the lock lives at
-// least lease more while holds remain), retrying transient
-// errors with back-off for at most unlockRetryWindow: every retry reaches
-// the server while the first attempt's latch lives (B10), and a later one
-// finds the count already taken down. It returns the count left (-1: not
-// held) and when the request that answered was sent.
-func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration) (int, time.Time, error) {
-	req := wire.Unlock{Owner: m.field, Lease: lease, Wake: m.wake(), Latch: unlockLatchTTL, View: view, RequestID: m.c.requests.next()}
-	window := m.c.unlockBound.at(time.Now())
-	actx := unlockContext(ctx, window)
-	retry := newRetrier(m.c.closing)
-	retry.window = window.Done()
-	left, sent := 0, time.Time{}
-	err := retry.do(ctx, func() error {
-		sent = time.Now()
-		call := req.Call(m.c.scripts, m.keys)
-		rep, err := m.c.b.Eval(actx, call.Script, call.Keys, call.Args)
-		req.Retry = true
-		if err == nil {
-			left, err = wire.DecodeUnlock(rep)
-		}
-		return err
-	})
-	if err == nil || ctx.Err() != nil || window.Err() == nil {
-		return left, sent, err
-	}
-	// The retry window ran out, not the caller's context: the hold is
-	// lost to the client (X13), for the last connection error.
-	if retry.last != nil && !errors.Is(retry.last, context.DeadlineExceeded) {
-		return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v: %w", ErrLockLost, unlockRetryWindow, retry.last)
-	}
-	return 0, sent, fmt.Errorf("%w: unlock not acknowledged within %v", ErrLockLost, unlockRetryWindow)
-}
-
-// ForceUnlock releases the lock whoever holds it and wakes the next waiter,
-// which a fairlock waiter takes at once. A fairlock holder is told within
-// about one network delay: its Hold ends with ErrLockLost. It reports
-// whether a holder was removed. Anyone who can run the scripts can
-// force-unlock.
-func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
-	if err := m.checkCall(ctx); err != nil {
-		return false, err
-	}
-	ctx, tr := m.observeRelease(ctx, observe.OpForceUnlock)
-	if tr != nil {
-		defer func() { tr.End(releaseResult(observe.ReleaseResult{}, err, err == nil && !released)) }()
-	}
-	n, err := m.evict(ctx, wire.Evict{Wake: m.wake()}, "force-unlocked")
-	return n == 1, err
-}
-
-// Delete removes the lock's state - the lock hash, queue and timeouts -
-// whoever holds it, and wakes the head waiter, which takes the lock; other
-// waiters queue again at their next heartbeat. A fairlock holder is told
-// within about one network delay: its Hold ends with ErrLockLost. The
-// fencing counter is kept so tokens never go backwards. It reports
-// whether anything existed.
-func (m *Mutex) Delete(ctx context.Context) (bool, error) {
-	if err := m.checkCall(ctx); err != nil {
-		return false, err
-	}
-	n, err := m.evict(ctx, wire.Evict{Delete: true, Wake: m.wake()}, "deleted")
-	return n > 0, err
-}
-
-// evict runs ForceUnlock's or Delete's script and returns its count. The
-// hold this owner had when the call was sent ends as lost; a hold granted
-// while the call was in flight (the call woke this very owner) is a newer
-// one and stays.
-func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, error) {
-	if err := m.c.begin(); err != nil {
-		return 0, m.errorf(err)
-	}
-	defer m.c.end()
-	o := m.c.ownerOf(m)
-	defer m.c.release(o)
-	if err := o.enter(ctx); err != nil {
-		return 0, m.errorf(err)
-	}
-	prev := o.current()
-	o.exit()
-	call := req.Call(m.c.scripts, m.keys)
-	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
-	if err != nil {
-		return 0, m.errorf(err)
-	}
-	n, err := wire.DecodeCount(call, rep)
-	if err != nil {
-		return 0, m.errorf(err)
-	}
-	o.end(prev, fmt.Errorf("%w: lock %s", ErrLockLost, how))
-	return n, nil
-}
-
 func (m *Mutex) checkCall(ctx context.Context) error {
 	if ctx == nil {
 		return m.errorf(fmt.Errorf("%w: nil context", ErrInvalidArgument))
@@ -457,7 +273,7 @@ func (m *Mutex) checkCall(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return m.errorf(err)
 	}
-	if m.c.isClosed() {
+	if m.c.life.isClosed() {
 		return m.errorf(ErrClosed)
 	}
 	return nil

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock/inspect"
 	"github.com/fairlock/fairlock/lock/observe"
 	"os"
@@ -57,6 +58,23 @@ type config struct {
 
 // Option configures a Client.
 type Option func(*config) error
+
+// newConfig applies opts to the defaults, and checks what they ask of b.
+func newConfig(b backend.Backend, opts []Option) (config, error) {
+	cfg := config{lease: defaultLease, waiterTimeout: defaultWaiterTimeout, redissonSlack: defaultRedissonSlack}
+	for _, o := range opts {
+		if o == nil {
+			return config{}, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(&cfg); err != nil {
+			return config{}, err
+		}
+	}
+	if _, ok := b.(backend.ReplicaWaiter); cfg.replicas > 0 && !ok {
+		return config{}, fmt.Errorf("%w: WithReplicaAcks needs a backend.ReplicaWaiter backend", ErrInvalidArgument)
+	}
+	return cfg, nil
+}
 
 // WithLease sets the watchdog lease (default 30 s): holds
 // taken by Lock are renewed to it every third of it while held, and a

@@ -32,10 +32,10 @@ func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, pruneErr(name, err)
 	}
-	if err := c.begin(); err != nil {
+	if err := c.life.begin(); err != nil {
 		return 0, pruneErr(name, err)
 	}
-	defer c.end()
+	defer c.life.end()
 	call := wire.Prune{Wake: m.wake()}.Call(c.scripts, m.keys)
 	rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {

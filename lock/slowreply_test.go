@@ -65,9 +65,10 @@ func TestGrantSlowerThanLease_IsNoHold(t *testing.T) {
 			t.Fatalf("round %d: LockWithLease = (%v, %v), want (nil, ErrLockLost): the reply came after the lease", i, h, err)
 		}
 	}
-	c.mu.Lock()
-	holds, owners := len(c.holds), len(c.owners)
-	c.mu.Unlock()
+	holds := len(c.holds.live())
+	c.owners.mu.Lock()
+	owners := len(c.owners.byKey)
+	c.owners.mu.Unlock()
 	if holds != 0 || owners != 0 {
 		t.Errorf("after %d grants slower than their lease: %d holds tracked, %d owner states kept, want 0 and 0", rounds, holds, owners)
 	}

@@ -34,10 +34,10 @@ func (m *Mutex) readState(ctx context.Context, kind wire.CachedKind, limit int) 
 	if limit < 0 {
 		return inspect.State{}, m.errorf(fmt.Errorf("%w: negative queue limit %d", ErrInvalidArgument, limit))
 	}
-	if err := m.c.begin(); err != nil { // Close waits for the read before it closes the backend
+	if err := m.c.life.begin(); err != nil { // Close waits for the read before it closes the backend
 		return inspect.State{}, m.errorf(err)
 	}
-	defer m.c.end()
+	defer m.c.life.end()
 	if st, ok := m.cachedState(ctx, kind, limit); ok {
 		return st, nil
 	}
@@ -95,7 +95,7 @@ func (m *Mutex) read(ctx context.Context, limit int) (wire.Snapshot, error) {
 // retryRead runs read, again after a transient error, at most
 // readAttempts times with back-off.
 func (c *Client) retryRead(ctx context.Context, read func() error) error {
-	retry := newRetrier(c.closing)
+	retry := newRetrier(c.life.closing)
 	retry.limit = readAttempts
 	return retry.do(ctx, read)
 }

@@ -120,7 +120,7 @@ const reconnectTimeout = 5 * time.Second
 // connection's reconnect events on to the watchdog, and the scripts'
 // notices that someone else force-unlocked or deleted one of the client's
 // holds (tell_evicted) to that hold, which ends at once (a notice for a
-// hold whose grant is still on its way is kept for it: Client.evicted).
+// hold whose grant is still on its way is kept for it: reconnects.evicted).
 // Holds that started before the subscription was confirmed are checked
 // once it is, since a notice sent before then reached nobody. It runs
 // beside the watchdog so that a slow subscription never delays renewals.
@@ -154,7 +154,7 @@ func (r *reconnects) run(stop <-chan struct{}) {
 	defer sub.Close()
 	// Notices sent before the subscription reached nobody; a server
 	// that restarted meanwhile shows no reconnect either.
-	if len(r.c.liveHolds()) > 0 {
+	if len(r.c.holds.live()) > 0 {
 		r.dog.reconnected()
 	}
 	for {
@@ -162,11 +162,11 @@ func (r *reconnects) run(stop <-chan struct{}) {
 		case e := <-sub.Events():
 			if e.Reconnect {
 				r.dog.reconnected()
-				r.c.goRecheckMemory(r.ctx)
+				r.recheckMemory()
 				continue
 			}
 			if msg := wire.ParseMessage(e.Payload); msg.Kind == wire.Lost {
-				r.c.evicted(msg.Key, msg.Token)
+				r.evicted(msg.Key, msg.Token)
 			}
 		case <-stop:
 			return
@@ -197,6 +197,26 @@ func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 			return nil
 		}
 	}
+}
+
+// evicted ends the hold of token on the lock whose hash is hash: someone
+// else force-unlocked or deleted it. The hold index keeps a notice for a
+// hold it does not have yet, for the grant on its way.
+func (r *reconnects) evicted(hash string, token int64) {
+	if h, o := r.c.holds.evicted(hash, token); h != nil {
+		o.end(h, errEvicted(false))
+	}
+}
+
+// recheckMemory reads the server's memory policy again beside the
+// listener, in a goroutine the client's lifetime counts (nothing once the
+// client is closed): a server that came back may evict now. Not with
+// WithEvictionRisk.
+func (r *reconnects) recheckMemory() {
+	if r.c.cfg.evictionRisk {
+		return
+	}
+	r.c.life.spawn(func() { r.c.memory.reread(r.ctx, r.c.b, r.c.scripts) })
 }
 
 // err returns the server's refusal of the client's channel, if any.
@@ -249,7 +269,7 @@ func (w *watchdog) confirm(h *Hold, at time.Time) {
 // renewAll renews (or checks) every hold in one batch bounded by timeout,
 // and reports whether the server answered (or there was nothing to send).
 func (w *watchdog) renewAll(timeout time.Duration) bool {
-	return w.renewHolds(w.c.liveHolds(), timeout)
+	return w.renewHolds(w.c.holds.live(), timeout)
 }
 
 // checkHolds checks that the holds still exist, renewing none, in one
@@ -268,34 +288,14 @@ func (w *watchdog) renewHolds(hs []*Hold, timeout time.Duration) bool {
 // them), and checks the others, in one pipelined batch bounded by timeout.
 // It reports whether the server answered (or there was nothing to send).
 func (w *watchdog) batch(hs []*Hold, timeout time.Duration, renew bool) bool {
-	c := w.c
-	c.mu.Lock()
-	batch := make([]renewal, 0, len(hs))
-	calls := make([]backend.Call, 0, len(hs))
-	for _, h := range hs {
-		ref, tracked := c.holds[h]
-		if !tracked {
-			continue
-		}
-		call, ok := ref.o.renewal(h)
-		if !ok {
-			continue
-		}
-		if !renew {
-			call.Lease = 0
-		}
-		call.Owner, call.Wake = ref.m.field, ref.m.wake()
-		batch = append(batch, renewal{h: h, m: ref.m, o: ref.o, call: call})
-		calls = append(calls, call.Call(c.scripts, ref.m.keys))
-	}
-	c.mu.Unlock()
+	batch, calls := w.renewals(hs, renew)
 	if len(calls) == 0 {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	results := c.b.EvalBatch(ctx, calls)
+	results := w.c.b.EvalBatch(ctx, calls)
 	answered := false
 	for i, r := range batch {
 		err := fmt.Errorf("%w: batch returned %d results for %d calls", ErrUnexpectedReply, len(results), len(calls))
@@ -310,6 +310,30 @@ func (w *watchdog) batch(hs []*Hold, timeout time.Duration, renew bool) bool {
 		answered = answered || err == nil
 	}
 	return answered
+}
+
+// renewals returns the renewal (with renew; else the check) of each of hs
+// that is still a live hold of the client, and its call.
+func (w *watchdog) renewals(hs []*Hold, renew bool) ([]renewal, []backend.Call) {
+	batch := make([]renewal, 0, len(hs))
+	calls := make([]backend.Call, 0, len(hs))
+	for _, h := range hs {
+		ref, tracked := w.c.holds.ref(h)
+		if !tracked {
+			continue
+		}
+		call, ok := ref.o.renewal(h)
+		if !ok {
+			continue
+		}
+		if !renew {
+			call.Lease = 0
+		}
+		call.Owner, call.Wake = ref.m.field, ref.m.wake()
+		batch = append(batch, renewal{h: h, m: ref.m, o: ref.o, call: call})
+		calls = append(calls, call.Call(w.c.scripts, ref.m.keys))
+	}
+	return batch, calls
 }
 
 func (w *watchdog) renewed(r renewal, sent time.Time, got wire.RenewReply, err error) {

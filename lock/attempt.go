@@ -1,0 +1,230 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
+)
+
+// The attempt protocol of an acquire call (waiter.go has its wait):
+// every script a waiter sends goes through its owner's gate - an attempt
+// (acquire.lua) and what follows from its reply (a grant taken, a grant
+// given back), a hand-over grant taken from a message, and leaving the
+// queue (leave.lua) - and each reply is applied to the owner
+// (lifecycle.go) before the gate is free again.
+
+// attemptTimeout bounds one acquire attempt. Attempts do not follow the
+// caller's cancellation: a request abandoned in flight could still reach
+// Redis after the cleanup, and queue (or grant) the owner after its call
+// returned. Cancellation is honoured between attempts, one attempt later
+// at most. Attempts sent within attemptGrain of each other share one
+// deadline (sharedBound): an attempt ends between attemptTimeout and
+// attemptTimeout+attemptGrain after it was sent.
+const (
+	attemptTimeout = 5 * time.Second
+	attemptGrain   = 500 * time.Millisecond
+)
+
+// attempt runs acquire.lua through the owner's gate and applies its
+// reply: a hold (grant), or the owner queued. A transient error leaves
+// the outcome unknown: the same request (same view, so it cannot apply
+// twice) is sent again after a back-off until the caller's context ends
+// (X14), and then undone; a wake-up that arrives meanwhile ends the
+// back-off (the retry reads whatever it announced: a grant waits in the
+// lock hash for the owner's next attempt). A single attempt does not
+// retry.
+func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err error) {
+	err = w.o.withGate(ctx, func() error {
+		var sent time.Time
+		var err error
+		if r, sent, err = w.send(ctx); err != nil {
+			w.undo(ctx, w.call.View)
+			return err
+		}
+		if r.Acquired {
+			h, err = w.grant(ctx, r, sent)
+			return err
+		}
+		w.lastAck, w.ackedAt = sent, r.Now
+		if !w.call.Once {
+			w.o.queuedBy()
+		}
+		return nil
+	})
+	return r, h, err
+}
+
+// send sends the attempt with the owner's view, again after a transient
+// error (attempt), and returns the reply and when the request that
+// answered was sent.
+func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time, err error) {
+	w.retry.wake = nil
+	if w.sub != nil {
+		w.retry.wake = w.sub.Events()
+	}
+	w.call.Retry = false
+	err = w.retry.do(ctx, func() (err error) {
+		w.call.View, w.call.HoldLease = w.o.attemptView()
+		w.sentSeq = w.m.c.wakes.seq()
+		sent = time.Now()
+		w.inFlight.Store(true)
+		r, err = w.evalAcquire(ctx, sent)
+		w.noteFailure(err)
+		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
+		return err
+	})
+	return r, sent, err
+}
+
+// evalAcquire sends one attempt, sent at sent, bounded by attemptTimeout
+// (and up to attemptGrain more: sharedBound) and not by ctx's
+// cancellation (see attemptTimeout). With WithReplicaAcks a grant fewer
+// replicas acknowledged is an error (X9): the caller undoes it.
+func (w *waiter) evalAcquire(ctx context.Context, sent time.Time) (wire.AcquireReply, error) {
+	c := w.m.c
+	ctx = c.attemptBound.bound(ctx, sent)
+	call := w.call.Call(c.scripts, w.m.keys)
+	if c.cfg.replicas == 0 {
+		rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
+		if err != nil {
+			return wire.AcquireReply{}, err
+		}
+		return wire.DecodeAcquire(rep)
+	}
+	rep, acked, err := c.b.(backend.ReplicaWaiter).EvalWait(ctx, call.Script, call.Keys, call.Args, c.cfg.replicas, c.cfg.replicaWait)
+	if err != nil {
+		return wire.AcquireReply{}, err
+	}
+	r, err := wire.DecodeAcquire(rep)
+	if err == nil && r.Acquired && acked < c.cfg.replicas {
+		return wire.AcquireReply{}, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.cfg.replicas, c.cfg.replicaWait)
+	}
+	return r, err
+}
+
+// grant applies a granted attempt sent at sent, in the owner's gate: the
+// live hold re-entered, or a new hold, handed to the watchdog. What the
+// owner cannot keep - a re-entry of a hold that ended while the attempt
+// was in flight, a grant slower than its lease, a grant after Close - is
+// given back.
+func (w *waiter) grant(ctx context.Context, r wire.AcquireReply, sent time.Time) (*Hold, error) {
+	live := w.o.current()
+	h, err := w.o.granted(r, sent, w.call.View, w.lease, w.watchdog)
+	switch {
+	case errors.Is(err, errEndedReentry):
+		// The client has told the hold's holders it is over and renews
+		// it no more (X13): every count of it goes back.
+		w.m.giveBackAll(ctx, wire.View{Token: r.Token, Count: r.Count}, w.lease)
+		return nil, err
+	case err != nil:
+		w.undo(ctx, wire.View{})
+		return nil, err
+	case h == live:
+		return h, nil
+	}
+	if err := w.m.c.track(h, w.m, w.o); err != nil {
+		w.o.end(h, err)
+		w.undo(ctx, wire.View{})
+		return nil, err
+	}
+	return h, nil
+}
+
+// adopt takes up, through the owner's gate, a hand-over grant announced
+// on the owner's channel (one message, no round trip): the release that
+// found this owner first in line granted it the lock. Only a grant that
+// ran after the owner's latest attempt that queued it (by the server's
+// clock) is for this call - an older message, from an earlier call of
+// the owner, is ignored. Such a grant ran after that attempt was sent
+// (lastAck), and lasts until the liveness deadline the attempt set, a
+// waiter timeout after it ran; so the hold's deadline is lastAck plus the
+// waiter timeout (or the lease, if shorter), and a renewal takes the
+// grant up, extending it to the lease, once a third of that has passed
+// (unless the hold ended sooner). It returns nil - and the caller
+// attempts as usual - when the grant is not for this call, the owner
+// cannot take it (owner.adopt), or grants must be acknowledged by
+// replicas (X9: only an attempt, sent with WAIT, takes them up).
+func (w *waiter) adopt(ctx context.Context, g wire.Message) (h *Hold) {
+	c := w.m.c
+	if c.cfg.replicas > 0 || w.lastAck.IsZero() || g.At <= w.ackedAt {
+		return nil
+	}
+	firm := min(w.lease, c.cfg.waiterTimeout)
+	_ = w.o.withGate(ctx, func() error {
+		if h = w.o.adopt(g.Token, w.lastAck, firm, w.lease, w.watchdog); h == nil {
+			return nil
+		}
+		if err := c.track(h, w.m, w.o); err != nil {
+			w.o.end(h, err)
+			w.undo(ctx, wire.View{})
+			h = nil
+			return nil
+		}
+		// Renewed to the lease by a third of the firm deadline, so a
+		// renewal has two thirds of it to get through.
+		c.dog.confirm(h, w.lastAck.Add(firm/3))
+		w.result.HoldCount, w.result.Token = 1, g.Token
+		return nil
+	})
+	return h
+}
+
+// undo, in the owner's gate, takes the owner out of the queue and gives
+// back whatever an attempt of unknown outcome may have granted beyond
+// view, the hold the client knows. If the server cannot be asked, the
+// client no longer knows the owner's count: its hold ends as lost, so no
+// renewal keeps a lock nobody will release, and the lock frees itself
+// within a lease (X13). While another call of the owner is waiting and
+// the owner holds nothing, the queue entry is that call's, and so is
+// whatever the attempt may have granted: its next attempt takes a grant
+// up as a new hold, and the owner's last waiting call, if it ends first,
+// leaves the queue and gives the grant back (the owner counts as queued).
+func (w *waiter) undo(ctx context.Context, view wire.View) {
+	if view.Count == 0 && w.o.othersWaiting(!w.call.Once) {
+		w.o.queuedBy()
+		return
+	}
+	if err := w.giveBack(ctx, view); err != nil {
+		w.o.endLive(fmt.Errorf("%w: its count is unknown after a failed acquire (%v); it frees itself within the lease", ErrLockLost, err))
+	}
+}
+
+// giveBack, in the owner's gate, takes the owner out of the queue and
+// gives back whatever the server says it holds beyond view, the hold the
+// client knows (a grant of unknown outcome, a hand-over grant not taken
+// up).
+func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
+	left, err := w.m.leaveQueue(ctx, view.Token)
+	if err != nil {
+		return err
+	}
+	if extra := w.o.left(left, view); extra.Count > 0 {
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		_, _, err = w.m.release(cctx, extra, w.lease)
+	}
+	return err
+}
+
+// leave takes the owner out of the queue through its gate, best effort
+// (X5): a hand-over grant the owner was given and did not take up passes
+// on (leave.lua), and anything else the server says the owner holds that
+// the client does not know of is given back.
+func (w *waiter) leave(ctx context.Context) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	_ = w.o.withGate(ctx, func() error {
+		if !w.o.mustLeave() {
+			// Not queued (a grant or a leave since), or another call of
+			// the owner started waiting meanwhile: the queue entry, and
+			// any grant on its way, are that call's now, and it leaves
+			// when it ends.
+			return nil
+		}
+		return w.giveBack(ctx, w.o.view())
+	})
+}
