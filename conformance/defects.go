@@ -23,6 +23,7 @@ func defectCases() []testCase {
 		{name: "X11_RedissonWaiterBehindALeftEntryIsNotStranded", run: testX11BehindLeftEntry},
 		{name: "X11_GoWaiterQueuedLateBehindARedissonHeadKeepsItsPlace", run: testX11LateBehindRedissonHead},
 		{name: "X11_MixedSoakKeepsRedissonDeadlinesBounded", run: testX11MixedSoakDeadlines},
+		{name: "X11_StaleLivenessEntryDoesNotHideJavaWaiters", run: testX11StaleLivenessEntry},
 	}
 }
 
@@ -314,25 +315,9 @@ func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 	hp := s.newProc(t, lock.WithLease(3*time.Second))
 	holder := hp.mutex(t, name)
 	mustLock(t, holder)
-	var (
-		mu    sync.Mutex
-		order []string
-	)
-	record := func(who string) {
-		mu.Lock()
-		order = append(order, who)
-		mu.Unlock()
-	}
+	var turns turnLog
 	java := func(rc *redissonClient, thread int64, who string) <-chan result {
-		j := rc.Lock(name, thread)
-		return goAcquire(func() (*lock.Hold, error) {
-			ctx := ctxFor(t, 60*time.Second)
-			if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
-				return nil, err
-			}
-			record(who)
-			return nil, j.Unlock(ctx)
-		})
+		return turns.java(t, rc.Lock(name, thread), who)
 	}
 	head := s.newRedisson(t)
 	hch := java(head, 1, "Redisson head")
@@ -346,14 +331,7 @@ func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 		return score > 0 && now > score-redissonSlack.Milliseconds()+waiterTimeout.Milliseconds()+300
 	})
 	gm := s.newProc(t, lock.WithWaiterTimeout(waiterTimeout)).mutex(t, name)
-	gch := goAcquire(func() (*lock.Hold, error) {
-		ctx := ctxFor(t, 60*time.Second)
-		if _, err := gm.Lock(ctx); err != nil {
-			return nil, err
-		}
-		record("fairlock waiter")
-		return nil, gm.Unlock(ctx)
-	})
+	gch := turns.fairlock(t, gm, "fairlock waiter")
 	waitQueued(t, holder, 2)
 	lch := java(s.newRedisson(t), 2, "later Redisson waiter")
 	waitQueued(t, holder, 3)
@@ -363,11 +341,54 @@ func testX11LateBehindRedissonHead(t *testing.T, s *suite) {
 			t.Fatal(r.err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"Redisson head", "fairlock waiter", "later Redisson waiter"}; !slices.Equal(order, want) {
+	if want, order := []string{"Redisson head", "fairlock waiter", "later Redisson waiter"}, turns.order(); !slices.Equal(order, want) {
 		t.Errorf("acquired in the order %q, want %q: the fairlock waiter was dropped or overtaken", order, want)
 	}
+}
+
+// turnLog records the order in which owners took the lock.
+type turnLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+// record notes that who took the lock.
+func (l *turnLog) record(who string) {
+	l.mu.Lock()
+	l.names = append(l.names, who)
+	l.mu.Unlock()
+}
+
+// order returns the owners in the order they took the lock.
+func (l *turnLog) order() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.names)
+}
+
+// java runs Redisson's lock() (10 s lease) for j in a goroutine: once it
+// holds, its turn is recorded as who and it unlocks at once.
+func (l *turnLog) java(t *testing.T, j *redissonLock, who string) <-chan result {
+	return goAcquire(func() (*lock.Hold, error) {
+		ctx := ctxFor(t, 60*time.Second)
+		if err := j.LockWithLease(ctx, 10*time.Second); err != nil {
+			return nil, err
+		}
+		l.record(who)
+		return nil, j.Unlock(ctx)
+	})
+}
+
+// fairlock is java for a fairlock Mutex's Lock.
+func (l *turnLog) fairlock(t *testing.T, m *lock.Mutex, who string) <-chan result {
+	return goAcquire(func() (*lock.Hold, error) {
+		ctx := ctxFor(t, 60*time.Second)
+		if _, err := m.Lock(ctx); err != nil {
+			return nil, err
+		}
+		l.record(who)
+		return nil, m.Unlock(ctx)
+	})
 }
 
 // testX11MixedSoakDeadlines: three fairlock and three Redisson owners (a
@@ -484,5 +505,135 @@ return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), redis.call('l
 	if worst > 0 {
 		t.Errorf("a Redisson deadline ran %v from now with %d queued, %v past (queue length + 1) x %v + %v",
 			time.Duration(latest)*time.Millisecond, queued, time.Duration(worst)*time.Millisecond, max(javaWait, waiterTimeout), slack)
+	}
+}
+
+// testX11StaleLivenessEntry: a fairlock waiter joins with room for every
+// Redisson waiter ahead of it, counted from Redisson's deadlines and
+// fairlock's liveness entries. Redisson's own scripts remove a fairlock
+// owner's queue entry and Redisson deadline but not its liveness entry:
+// Redisson's delete() while it waits, or Redisson's purge of it when it
+// died first in line. Such a stale liveness entry must not hide a
+// Redisson waiter: a fairlock waiter G joining behind Redisson
+// waiter J1 (whose Redisson deadline was chained on a time now past) with
+// no room for J1 comes out dead to Redisson the moment J1 acquires, since
+// J1's acquire takes its whole wait off G's deadline; J1's release then
+// purges G, alive, and Redisson waiter J2, queued behind G, takes the lock
+// before it.
+//
+// by_delete: Redisson's delete() while fairlock waiter G0 is queued; G0
+// then takes the lock delete() freed (a free lock with no queue: its
+// liveness entry is not looked at), J1 queues behind G0's hold of a
+// second, and G0's release wakes J1.
+//
+// by_a_purge: fairlock waiter D, first in line behind a Redisson holder,
+// crashes with J1 queued behind it (J1's deadline chained on D's, a
+// second ahead); a Redisson script's purge drops D, and the Redisson
+// holder's release wakes J1.
+func testX11StaleLivenessEntry(t *testing.T, s *suite) {
+	t.Run("by_delete", func(t *testing.T) { staleLivenessEntry(t, s, staleByDelete) })
+	t.Run("by_a_purge", func(t *testing.T) { staleLivenessEntry(t, s, staleByPurge) })
+}
+
+// staleSetup leaves a stale liveness entry on lock name and Redisson
+// waiter j1 queued, first in line, and returns the release that wakes j1.
+type staleSetup func(t *testing.T, s *suite, name string, spy *lock.Mutex, rc *redissonClient, j1 func()) (release func())
+
+func staleLivenessEntry(t *testing.T, s *suite, setup staleSetup) {
+	name := lockName(t)
+	sp := s.newProc(t)
+	spy := sp.mutex(t, name)
+	var (
+		turns turnLog
+		chans []<-chan result
+	)
+	rc := s.newRedisson(t)
+	release := setup(t, s, name, spy, rc, func() { chans = append(chans, turns.java(t, rc.Lock(name, 2), "J1")) })
+	// J1's Redisson deadline is its queueing time plus the wait Redisson's
+	// chain gave it (the lock's TTL, or the deadline of the waiter it
+	// queued behind) plus its 300 s: G joins once that base has passed, so
+	// that without room for J1, J1's acquire makes G dead to Redisson.
+	j1 := rc.Lock(name, 2).Field
+	redistest.Eventually(t, eventually, "J1's chained wait to pass", func() bool {
+		now, score := serverNowAndScore(t, sp, name, j1)
+		return score > 0 && now > score-redissonSlack.Milliseconds()+100
+	})
+	// A heartbeat 10 s apart: G runs no script in the window, which would
+	// make its deadline its liveness deadline once first in line.
+	const gWaiterTimeout = 30 * time.Second
+	gp := s.newProc(t, lock.WithWaiterTimeout(gWaiterTimeout))
+	g := gp.mutex(t, name)
+	chans = append(chans, turns.fairlock(t, g, "G"))
+	waitQueued(t, spy, 2)
+	now, score := serverNowAndScore(t, sp, name, g.Owner())
+	if left := time.Duration(score-now) * time.Millisecond; left < redissonSlack+gWaiterTimeout-slack {
+		t.Errorf("G joined behind Redisson waiter J1 with a Redisson deadline %v from now, want its waiter timeout (%v) plus room for J1's wait (%v)", left, gWaiterTimeout, redissonSlack)
+	}
+	chans = append(chans, turns.java(t, s.newRedisson(t).Lock(name, 3), "J2"))
+	waitQueued(t, spy, 3)
+	release()
+	for _, ch := range chans {
+		if r := await(t, ch, 45*time.Second, "waiter"); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if want, order := []string{"J1", "G", "J2"}, turns.order(); !slices.Equal(order, want) {
+		t.Errorf("acquired in the order %q, want %q: J2, queued behind G, overtook it", order, want)
+	}
+}
+
+// staleByDelete: Redisson's delete() while fairlock waiter G0 is queued
+// behind a Redisson holder; G0 takes the lock delete() freed, with a 1 s
+// lease, and J1 queues behind it.
+func staleByDelete(t *testing.T, s *suite, name string, spy *lock.Mutex, rc *redissonClient, j1 func()) func() {
+	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	g0 := s.newProc(t, lock.WithWaiterTimeout(30*time.Second), lock.WithLease(time.Second)).mutex(t, name)
+	ch := goAcquire(func() (*lock.Hold, error) { return g0.Lock(ctxFor(t, 30*time.Second)) })
+	waitQueued(t, spy, 1)
+	if err := rc.Lock(name, 1).Delete(ctxFor(t, eventually)); err != nil {
+		t.Fatal(err)
+	}
+	// The head notices the hash gone by its key watch, or at its next
+	// heartbeat (10 s).
+	if r := await(t, ch, 30*time.Second, "G0 after Redisson's delete()"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	j1()
+	waitQueued(t, spy, 1)
+	return func() { mustUnlock(t, g0) }
+}
+
+// staleByPurge: fairlock waiter D queues behind a Redisson holder, J1
+// behind D; D crashes, and once its deadline has passed a Redisson
+// tryLock() purges it.
+func staleByPurge(t *testing.T, s *suite, name string, spy *lock.Mutex, rc *redissonClient, j1 func()) func() {
+	holder := rc.Lock(name, 1)
+	if err := holder.LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cb := &crashableBackend{capable: s.newBackend(t)}
+	d := mutexOf(t, clientOn(t, cb, lock.WithWaiterTimeout(time.Second)), name)
+	goAcquire(func() (*lock.Hold, error) { return d.Lock(ctxFor(t, eventually)) })
+	waitQueued(t, spy, 1)
+	j1()
+	waitQueued(t, spy, 2)
+	cb.crashed.Store(true)
+	sp := s.newProc(t)
+	redistest.Eventually(t, eventually, "D's deadline to pass", func() bool {
+		now, score := serverNowAndScore(t, sp, name, d.Owner())
+		return score > 0 && now > score
+	})
+	if held, err := rc.Lock(name, 9).TryLockOnce(ctxFor(t, eventually), time.Second); err != nil || held {
+		t.Fatalf("Redisson tryLock() = %t, %v; want false (held)", held, err)
+	}
+	if raw := readRaw(t, sp.b, name); slices.Contains(raw.queue, d.Owner()) {
+		t.Fatalf("raw queue %v after Redisson's purge, want D dropped", raw.queue)
+	}
+	return func() {
+		if err := holder.Unlock(ctxFor(t, eventually)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

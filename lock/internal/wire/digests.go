@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "6d629e407a3bbd91b0576c39f0845e9932ee28b3",
+	"acquire":          "2d6ec3f781b352b720008b9b571db0a347a598ba",
 	"delete":           "37c985529e410a49c7aecabfafad2a3db9c1d227",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",

@@ -42,9 +42,10 @@
 -- left marks counted right, X1 server time, X2 heartbeat: a queued owner
 -- calling again refreshes its own deadline, X3 whoever becomes first in
 -- line is woken (a hand-over grant is taken up), X6 fencing token, X8 no
--- loop over waiters, X11 Redisson-compatible deadlines (dead tails dropped,
--- room for the Redisson waiters ahead), X12 the lease never shrinks while
--- held, X14 safe retries, X15 keys expire.
+-- loop over waiters, X11 Redisson-compatible deadlines (dead tails
+-- dropped, room for the Redisson waiters ahead, which no stale liveness
+-- entry hides), X12 the lease never shrinks while held, X14 safe retries,
+-- X15 keys expire.
 -- acquire_fast.lua, which comes first, has asked whether this user may
 -- publish (refused, X19) and taken a free lock nobody is queued for.
 local me = ARGV[1]
@@ -152,13 +153,47 @@ else
   -- Join the tail, behind the last live entry, with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
   -- + ARGV[8] (Redisson's fairLockWaitTimeout) for each Redisson waiter
-  -- queued - the entries without a liveness deadline, all ahead - and no
-  -- less than the last one's deadline, which covers longer Java waits
-  -- while the chain is fresh. Never more: a chain that added to the last
-  -- deadline grew with every turn, as fairlock acquisitions take nothing
-  -- off it.
+  -- queued, all ahead, and no less than the last one's deadline, which
+  -- covers longer Java waits while the chain is fresh. Never more: a chain
+  -- that added to the last deadline grew with every turn, as fairlock
+  -- acquisitions take nothing off it.
+  --
+  -- The Redisson waiters are counted as the entries of Redisson's zset
+  -- less the live fairlock waiters (liveness deadline not passed): two
+  -- O(log N) reads, never a visit of the queue (X8). A liveness entry can
+  -- outlive its queue entry, as Redisson's scripts know nothing of it:
+  -- Redisson's purge drops a fairlock waiter first in line whose deadline
+  -- has passed, and Redisson's delete() drops them all. Counted as a
+  -- fairlock waiter, such a stale entry would hide a Redisson waiter: this
+  -- owner would join without room for it, and that waiter's acquisition,
+  -- which takes its whole wait off every deadline, would leave this owner
+  -- dead to Redisson, whose next purge drops it alive and lets the
+  -- Redisson waiters behind it overtake (X11, B3). So no stale entry is
+  -- ever counted:
+  -- - this owner's own earlier entries go first: the dead entry it left
+  --   behind (out of the list already, above), or a liveness entry whose
+  --   queue entry Redisson removed;
+  -- - when Redisson's zset has no expiry, no fairlock join has run since
+  --   Redisson made it again (every join gives it one, keep_queue), or it
+  --   is gone: nothing in it is fairlock's, and every liveness entry is
+  --   stale. They all go, each once (DEL);
+  -- - a waiter Redisson's purge dropped was dead: first in line its
+  --   Redisson deadline is its liveness deadline (tighten), so that has
+  --   passed too, and only live entries are counted. (One Redisson dropped
+  --   alive - its Redisson deadline run down by Java waits longer than
+  --   WithRedissonSlack, or by a Java clock ahead of the server's - joins
+  --   again at its next heartbeat, which takes its stale entry out.)
+  -- Dead fairlock waiters still queued and entries owners left behind
+  -- (leave.lua) then count as Redisson waiters: more room than needed,
+  -- never less, and still one wait per queued entry (X15).
+  redis.call('zrem', KEYS[3], me)
+  redis.call('zrem', KEYS[4], me)
+  if redis.call('pttl', KEYS[3]) < 0 then
+    redis.call('del', KEYS[4])
+  end
   local last = drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
-  local javas = math.max(redis.call('zcard', KEYS[3]) - redis.call('zcard', KEYS[4]), 0)
+  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf')
+  local javas = math.max(redis.call('zcard', KEYS[3]) - gos, 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
   if last then
     local last_deadline = redis.call('zscore', KEYS[3], last)
