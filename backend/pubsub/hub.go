@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/fairlock/fairlock/backend"
 )
 
@@ -283,14 +284,7 @@ func (h *Hub) flush() {
 // are taken back - the SUBSCRIBE may have reached the server - before the
 // callers that wait for that are told.
 func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
-	seen := make(map[string]bool, len(batch))
-	chans := make([]string, 0, len(batch))
-	for _, r := range batch {
-		if !seen[r.channel] {
-			seen[r.channel] = true
-			chans = append(chans, r.channel)
-		}
-	}
+	chans := channelsOf(batch)
 	h.lockWireNoCtx()
 	defer h.unlockWire()
 	h.mu.Lock()
@@ -302,8 +296,42 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 	failed := h.subscribeGroups(chans, func(group []string) error {
 		return h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, group...) })
 	})
-	var later []*subRequest
 	h.mu.Lock()
+	h.landedLocked(chans, failed)
+	abandoned := h.answerLocked(batch, failed)
+	err := errors.Join(slices.Collect(maps.Values(failed))...)
+	var unheard []string
+	for _, ch := range chans {
+		if len(h.subs[ch]) == 0 {
+			unheard = append(unheard, ch)
+		}
+	}
+	h.mu.Unlock()
+	if len(unheard) > 0 && h.conn != nil && !errors.Is(err, backend.ErrClosed) {
+		h.unsubscribeLocked(unheard...)
+	}
+	for _, r := range abandoned {
+		r.done <- subResult{err: context.Canceled}
+	}
+}
+
+// channelsOf returns the batch's channels, each once, in order.
+func channelsOf(batch []*subRequest) []string {
+	seen := make(map[string]bool, len(batch))
+	chans := make([]string, 0, len(batch))
+	for _, r := range batch {
+		if !seen[r.channel] {
+			seen[r.channel] = true
+			chans = append(chans, r.channel)
+		}
+	}
+	return chans
+}
+
+// landedLocked counts a batch's SUBSCRIBEs off the wire; a channel the
+// server unsubscribed meanwhile (dropped) and that nobody else subscribes
+// failed with errMovedAway. The caller holds h.mu.
+func (h *Hub) landedLocked(chans []string, failed map[string]error) {
 	for _, ch := range chans {
 		if h.inflight[ch]--; h.inflight[ch] == 0 {
 			delete(h.inflight, ch)
@@ -313,11 +341,18 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 			delete(h.dropped, ch)
 		}
 	}
+}
+
+// answerLocked answers each call of the batch whose caller still waits:
+// its Subscription, armed, or its channel's error. It returns the calls
+// whose callers gave up, answered only once their channels are taken
+// back. The caller holds h.mu.
+func (h *Hub) answerLocked(batch []*subRequest, failed map[string]error) (abandoned []*subRequest) {
 	for _, r := range batch {
 		err := failed[r.channel]
 		switch {
 		case r.abandoned:
-			later = append(later, r)
+			abandoned = append(abandoned, r)
 		case err != nil:
 			r.done <- subResult{err: fmt.Errorf("pubsub: subscribe %q: %w", r.channel, err)}
 		case r.s != nil:
@@ -330,20 +365,7 @@ func (h *Hub) subscribeBatch(ctx context.Context, batch []*subRequest) {
 			r.done <- subResult{s: s}
 		}
 	}
-	err := errors.Join(slices.Collect(maps.Values(failed))...)
-	var unheard []string
-	for _, ch := range chans {
-		if len(h.subs[ch]) == 0 {
-			unheard = append(unheard, ch)
-		}
-	}
-	h.mu.Unlock()
-	if len(unheard) > 0 && h.conn != nil && !errors.Is(err, backend.ErrClosed) {
-		h.unsubscribeLocked(unheard...)
-	}
-	for _, r := range later {
-		r.done <- subResult{err: context.Canceled}
-	}
+	return abandoned
 }
 
 // groups splits chans into the sets one SUBSCRIBE or UNSUBSCRIBE takes:
@@ -653,11 +675,30 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 	return nil
 }
 
-// Reconnect back-off bounds.
+// Reconnect back-off bounds: from minRedial, doubling, to maxRedial.
 const (
 	minRedial = 20 * time.Millisecond
 	maxRedial = 2 * time.Second
 )
+
+// newBackOff returns a back-off from first, doubling, to at most most,
+// exact (no jitter).
+func newBackOff(first, most time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: first, Multiplier: 2, MaxInterval: most}
+}
+
+// pause waits b's next interval, and reports false when stop closes
+// first.
+func pause(b *backoff.ExponentialBackOff, stop <-chan struct{}) bool {
+	t := time.NewTimer(b.NextBackOff())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}
 
 // watch waits for conn to end, tells every Subscription to re-check, then
 // re-dials until it succeeds or the hub closes, and tells them again.
@@ -679,7 +720,7 @@ func (h *Hub) watch(conn Conn, done <-chan error) {
 		h.handOffAll()
 		return
 	}
-	delay := minRedial
+	redial := newBackOff(minRedial, maxRedial)
 	for {
 		h.lockWireNoCtx()
 		if h.closed {
@@ -694,14 +735,9 @@ func (h *Hub) watch(conn Conn, done <-chan error) {
 			h.broadcastReconnect()
 			return
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-h.stop:
-			t.Stop()
+		if !pause(redial, h.stop) {
 			return
 		}
-		delay = min(2*delay, maxRedial)
 	}
 }
 

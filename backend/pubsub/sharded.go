@@ -336,7 +336,7 @@ func (h *ShardedHub) lost(channel string, subs map[*backend.Subscription]func(ba
 // event, since messages published meanwhile were not delivered.
 func (h *ShardedHub) follow(s *backend.Subscription) {
 	defer h.wg.Done()
-	delay := minFollow
+	retry := newBackOff(minFollow, maxFollow)
 	for range maxFollowTries {
 		if !h.open(s) {
 			return
@@ -351,14 +351,9 @@ func (h *ShardedHub) follow(s *backend.Subscription) {
 		if errors.Is(err, backend.ErrClosed) && h.isClosed() {
 			return
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-h.stop:
-			t.Stop()
+		if !pause(retry, h.stop) {
 			return
 		}
-		delay = min(2*delay, maxFollow)
 	}
 }
 
