@@ -129,22 +129,30 @@ func (b slowDownBackend) Eval(ctx context.Context, _ *backend.Script, _, _ []str
 	}
 }
 
+// slowMutex is a Mutex on a client whose every request times out after
+// delay; the test's end closes the client (which waits for its calls).
+func slowMutex(t *testing.T, delay time.Duration) *lock.Mutex {
+	t.Helper()
+	c, err := lock.NewClient(slowDownBackend{delay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	m, err := c.NewMutex("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestTryLock_SlowServerDownIsNotBusy: a TryLock whose only attempt is
 // still unanswered when its wait runs out (a partition, not a refused
 // connection) returns at its wait and says ErrUnavailable, not busy. (It
 // used to return only when the attempt timed out, past its wait.)
 func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
-	c, err := lock.NewClient(slowDownBackend{delay: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := slowMutex(t, 1500*time.Millisecond)
 	start := time.Now()
-	_, err = m.TryLock(context.Background(), 50*time.Millisecond)
+	_, err := m.TryLock(context.Background(), 50*time.Millisecond)
 	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLock = %v, want ErrUnavailable, not ErrNotAcquired", err)
 	}
@@ -158,19 +166,11 @@ func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
 // deadline, not when the attempt does (here after 1.5 s); the attempt
 // is awaited, and the queue left, in the background.
 func TestLock_ReturnsByItsDeadline(t *testing.T) {
-	c, err := lock.NewClient(slowDownBackend{delay: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	m, err := c.NewMutex("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := slowMutex(t, 1500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = m.Lock(ctx)
+	_, err := m.Lock(ctx)
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
 		t.Errorf("Lock = %v, want the deadline and ErrUnavailable", err)
