@@ -119,46 +119,57 @@ func checkTokens(ops []*Op) []Violation {
 // or something ended it.
 func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
 	var out []Violation
+	byLock := map[string][]*Hold{} // by grant time, as Holds returns them
+	for _, h := range holds {
+		byLock[h.Lock] = append(byLock[h.Lock], h)
+	}
 	for _, a := range ops {
 		if !a.Kind.acquire() || a.Hold == nil || !a.New {
 			continue
 		}
-		for _, h := range holds {
-			if h == a.Hold || h.Lock != a.Lock || h.Owner == a.Owner || h.Acquired >= a.Return {
+		for _, h := range byLock[a.Lock] {
+			if h.Acquired >= a.Return {
+				break
+			}
+			if h == a.Hold || h.Owner == a.Owner {
 				continue
 			}
-			if a.Java && javaEndedBefore(ops, a, h.Acquired) {
-				continue
+			if v, bad := overlap(ops, faults, b, a, h); bad {
+				out = append(out, v)
 			}
-			if h.Java {
-				if v, bad := javaStillHeld(ops, h, a); bad {
-					out = append(out, v)
-				}
-				continue
-			}
-			done, why := h.Done()
-			if u := h.Unlocking(); u > 0 && u < a.Return {
-				continue
-			}
-			if unreachableEnd(ops, faults, h, a.Return) {
-				continue
-			}
-			bound := b.Tick // a DEL by hand reaches a client without key watches at the tick
-			if h.Watches {
-				bound = b.Notice
-			}
-			if done > 0 && done <= a.Return+bound {
-				continue
-			}
-			end := "still open at the end of the history"
-			if done > 0 {
-				end = fmt.Sprintf("closed only %s later (%s)", ms(done-a.Return), why)
-			}
-			out = append(out, Violation{"exclusion", a.Lock, a.Return,
-				fmt.Sprintf("%v was granted while %v; its Done %s", a, h, end), []int{a.ID}})
 		}
 	}
 	return out
+}
+
+// overlap judges a, a new hold, against h, an earlier hold of another
+// owner on the lock: the cheap tests first, the excuses (which read the
+// whole history) only for what would be a violation.
+func overlap(ops []*Op, faults []Fault, b Bounds, a *Op, h *Hold) (Violation, bool) {
+	if u := h.Unlocking(); u > 0 && u < a.Return {
+		return Violation{}, false
+	}
+	if h.Java {
+		v, bad := javaStillHeld(ops, h, a)
+		return v, bad && !(a.Java && javaEndedBefore(ops, a, h.Acquired))
+	}
+	done, why := h.Done()
+	bound := b.Tick // a DEL by hand reaches a client without key watches at the tick
+	if h.Watches {
+		bound = b.Notice
+	}
+	if done > 0 && done <= a.Return+bound {
+		return Violation{}, false
+	}
+	if a.Java && javaEndedBefore(ops, a, h.Acquired) || unreachableEnd(ops, faults, h, a.Return) {
+		return Violation{}, false
+	}
+	end := "still open at the end of the history"
+	if done > 0 {
+		end = fmt.Sprintf("closed only %s later (%s)", ms(done-a.Return), why)
+	}
+	return Violation{"exclusion", a.Lock, a.Return,
+		fmt.Sprintf("%v was granted while %v; its Done %s", a, h, end), []int{a.ID}}, true
 }
 
 // unreachableEnd reports whether h was ended by a call that publishes
@@ -298,9 +309,16 @@ func checkReturns(ops []*Op, b Bounds) []Violation {
 // queue again) or a Close of the waiter's client in between.
 func checkFIFO(ops []*Op, faults []Fault) []Violation {
 	var out []Violation
-	since := make(map[*Op]time.Duration, len(ops))
+	grants := map[string][]*Op{} // new holds by lock, by return
 	for _, a := range ops {
 		if a.Hold != nil && a.New {
+			grants[a.Lock] = append(grants[a.Lock], a)
+		}
+	}
+	since := make(map[*Op]time.Duration)
+	for _, g := range grants {
+		sort.Slice(g, func(i, j int) bool { return g[i].Return < g[j].Return })
+		for _, a := range g {
 			since[a] = queuedSince(ops, a)
 		}
 	}
@@ -308,14 +326,13 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 		if w.Java || !w.Kind.acquire() || w.Queued == 0 {
 			continue
 		}
-		for _, a := range ops {
-			if a == w || a.Lock != w.Lock || a.Owner == w.Owner || a.Hold == nil || !a.New {
+		g := grants[w.Lock]
+		for i := sort.Search(len(g), func(i int) bool { return g[i].Return > w.Queued }); i < len(g) && g[i].Return <= w.Return; i++ {
+			a := g[i]
+			if a == w || a.Owner == w.Owner || since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
 				continue
 			}
-			if since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) || a.Java && javaMayReenter(ops, a) {
-				continue
-			}
-			if faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
+			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
 				continue
 			}
 			out = append(out, Violation{"fifo", w.Lock, a.Return,
