@@ -87,8 +87,10 @@ var errNoReply = errors.New("no reply yet to the attempt in flight")
 // the caller has returned without it, gives back a hold it brought.
 func (m *Mutex) runBeside(ctx context.Context, w *waiter, o *owner, out *outcome) {
 	defer m.c.life.calls.Done()
-	defer m.c.owners.release(o)
 	h, err := w.run(ctx)
+	// Its own reference goes before anyone sees the outcome: a caller
+	// that returned finds only the references it knows of.
+	m.c.owners.release(o)
 	out.mu.Lock()
 	if out.abandoned {
 		out.mu.Unlock()
