@@ -54,8 +54,9 @@ type Client struct {
 // the server's memory policy, one script call bounded by 5 s, and fails
 // with ErrEvictionPolicy when the server may evict lock keys (see
 // WithEvictionRisk); a server that does not tell, or cannot be reached
-// then, is let through. With WithDescription the client writes its
-// description in the background.
+// then, is let through. It starts listening on the client's notice
+// channel and waits for that first Subscribe, at most a second. With
+// WithDescription the client writes its description in the background.
 func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
@@ -94,6 +95,7 @@ func NewClient(b backend.Backend, opts ...Option) (*Client, error) {
 	c.holds.init(c.watches)
 	c.dog = startWatchdog(c)
 	c.listener = startReconnects(c, c.dog)
+	c.listener.awaitFirst(listenWait)
 	if cfg.description != nil {
 		c.describer = startJob(c.describe)
 	}
@@ -298,6 +300,10 @@ func (r *requestIDs) next() [16]byte {
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled
 // or failed wait (X5).
 const cleanupTimeout = 2 * time.Second
+
+// listenWait bounds how long NewClient waits for the client's first
+// Subscribe to its notice channel to return.
+const listenWait = time.Second
 
 // cleanupContext keeps ctx's values (trace spans) but not its cancellation.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -131,10 +131,11 @@ type reconnects struct {
 	ctx     context.Context
 	stop    context.CancelFunc
 	loop    *job
+	tried   chan struct{} // closed when the first Subscribe has returned
 }
 
 func startReconnects(c *Client, dog *watchdog) *reconnects {
-	r := &reconnects{c: c, dog: dog}
+	r := &reconnects{c: c, dog: dog, tried: make(chan struct{})}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.loop = startJob(r.run)
 	return r
@@ -185,6 +186,7 @@ func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 		ctx, cancel := context.WithTimeout(r.ctx, reconnectTimeout)
 		sub, err := r.c.b.Subscribe(ctx, wire.ClientChannelPrefix+r.c.id)
 		cancel()
+		r.triedOnce()
 		if err == nil {
 			return sub
 		}
@@ -196,6 +198,28 @@ func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 		if retry.pause(r.ctx, err) != nil {
 			return nil
 		}
+	}
+}
+
+// triedOnce marks the first Subscribe as returned.
+func (r *reconnects) triedOnce() {
+	select {
+	case <-r.tried:
+	default:
+		close(r.tried)
+	}
+}
+
+// awaitFirst waits, at most d, for the first Subscribe to return: a new
+// client's first calls then do not open their connections while its
+// subscription connection is being opened (go-redis' cluster client races
+// with itself there, under the race detector).
+func (r *reconnects) awaitFirst(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.tried:
+	case <-t.C:
 	}
 }
 
