@@ -111,11 +111,15 @@ func ExampleNewObserver() {
 		log.Fatal(err)
 	}
 
-	b, stop := exampleBackend()
-	defer stop()
+	srv := miniredis.NewMiniRedis()
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
 	ctx := context.Background()
 	for range 2 {
-		c, err := lock.NewClient(b, lock.WithObserver(obs))
+		// A client takes its backend (Close closes it): one each.
+		c, err := lock.NewClient(backendAt(srv.Addr()), lock.WithObserver(obs))
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -156,20 +160,25 @@ func exampleBackend() (backend.Backend, func()) {
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{srv.Addr()},
+	b := backendAt(srv.Addr())
+	return b, func() {
+		b.Close()
+		srv.Close()
+	}
+}
+
+// backendAt returns a rueidis backend, with its own rueidis client, on the
+// embedded server at addr.
+func backendAt(addr string) backend.Backend {
+	b, err := rueidisbackend.Dial(rueidis.ClientOption{
+		InitAddress:       []string{addr},
 		DisableCache:      true, // miniredis has no CLIENT TRACKING
 		ForceSingleClient: true,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	b := rueidisbackend.New(rc)
-	return b, func() {
-		b.Close()
-		rc.Close()
-		srv.Close()
-	}
+	return b
 }
 
 // printSpans prints ended spans as a tree, children indented under their

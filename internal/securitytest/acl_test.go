@@ -388,9 +388,10 @@ func TestPublishRefusedLeavesNothingHalfDone(t *testing.T) {
 
 // TestMissingClientChannel: a user that may not subscribe to
 // fairlock_client:* (where a client hears that its holds were
-// force-unlocked, and of reconnects) holds its first lock - the client
-// subscribes after it - and then gets the refusal, naming NOPERM and the
-// channel, from every acquire: no endless retries.
+// force-unlocked, and of reconnects) gets the refusal, naming NOPERM and
+// the channel, from its acquires - from the first one when NewClient's wait
+// for its first SUBSCRIBE (at most a second) saw the refusal - and the
+// SUBSCRIBE is not retried.
 func TestMissingClientChannel(t *testing.T) {
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
@@ -401,12 +402,6 @@ func TestMissingClientChannel(t *testing.T) {
 			m := newMutex(t, newClient(t, a, lockerConn(srv.Addr()), opts...), "orders")
 			ctx, cancel := context.WithTimeout(context.Background(), within)
 			defer cancel()
-			if _, err := m.Lock(ctx); err != nil {
-				t.Fatalf("first Lock: %v", err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatalf("first Unlock: %v", err)
-			}
 			var err error
 			redistest.Eventually(t, within, "an acquire refused with the client channel's NOPERM", func() bool {
 				_, err = m.TryLock(ctx, 0)
