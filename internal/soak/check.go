@@ -72,7 +72,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, v...)
 	r.Notices = lat
 	r.Violations = append(r.Violations, checkErrors(ops, faults)...)
-	r.Violations = append(r.Violations, checkReturns(ops, b)...)
+	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
 	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -223,51 +223,89 @@ func javaStillHeld(ops []*Op, h *Hold, a *Op) (Violation, bool) {
 // checkNotices: every Go hold that a hold-ending call (ForceUnlock,
 // Delete, DEL by hand, Redisson forceUnlock) ended has its Done closed
 // within the bound for that kind after the call returned; each notice's
-// latency is measured. A hold whose Unlock was called before the ending
-// call returned, or whose client or server had a fault then, is left out.
+// latency is measured.
+//
+// The first such call on the hold's lock after its grant returned ended
+// it, unless it had ended already: later ones did not (they ended the
+// holds after it). A call that overlapped the grant may have ended it
+// first, with its own bound: the later of the two deadlines holds, and no
+// latency is measured for a hold ended by one of two calls. A hold whose
+// Unlock was called before the ending call returned, or whose client or
+// server had a fault then, is left out.
 func checkNotices(ops []*Op, holds []*Hold, faults []Fault, b Bounds) ([]Violation, []Latency) {
+	enders := map[string][]*Op{} // by lock, by call (ops are)
+	for _, e := range ops {
+		if e.Kind.ends() && e.Err == "" && e.Released {
+			enders[e.Lock] = append(enders[e.Lock], e)
+		}
+	}
 	var out []Violation
 	var lat []Latency
-	for _, e := range ops {
-		if !e.Kind.ends() || e.Err != "" || !e.Released {
+	for _, h := range holds {
+		if h.Java {
 			continue
 		}
-		for _, h := range holds {
-			if h.Java || h.Lock != e.Lock || h.Acquired >= e.Call {
-				continue
-			}
-			done, why := h.Done()
-			if done > 0 && done <= e.Call {
-				continue // ended before
-			}
-			if u := h.Unlocking(); u > 0 && u < e.Return {
-				continue
-			}
-			bound := b.Notice
-			byScript := e.Kind == KindForceUnlock || e.Kind == KindDelete
-			if !byScript && !h.Watches {
-				bound = b.Tick
-			}
-			if faultDuring(faults, h.Client, e.Call, e.Return+bound, 0) {
-				continue
-			}
-			if done == 0 || done > e.Return+bound {
-				end := "still open at the end of the history"
-				if done > 0 {
-					end = fmt.Sprintf("closed %s after it returned (%s)", ms(done-e.Return), why)
-				}
-				out = append(out, Violation{"notice", e.Lock, e.Return + bound,
-					fmt.Sprintf("%v ended %v; its Done %s, bound %v", e, h, end, bound), []int{e.ID}})
-				continue
-			}
-			d := done - e.Return
-			if d < 0 {
-				d = 0
-			}
-			lat = append(lat, Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: d})
+		v, l, ok := noticeOf(h, enders[h.Lock], faults, b)
+		switch {
+		case !ok:
+		case l != nil:
+			lat = append(lat, *l)
+		default:
+			out = append(out, v)
 		}
 	}
 	return out, lat
+}
+
+// noticeOf checks how hold h heard that a call of enders (its lock's,
+// by call) ended it: a violation, or the latency when one call alone can
+// have ended it; ok false when none of them is known to have ended it
+// while its holder was to be told.
+func noticeOf(h *Hold, enders []*Op, faults []Fault, b Bounds) (Violation, *Latency, bool) {
+	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
+	if i == len(enders) {
+		return Violation{}, nil, false
+	}
+	e := enders[i]
+	done, why := h.Done()
+	if done > 0 && done <= e.Call {
+		return Violation{}, nil, false // ended before
+	}
+	if u := h.Unlocking(); u > 0 && u < e.Return {
+		return Violation{}, nil, false
+	}
+	deadline, from, alone := e.Return+noticeBound(e, h, b), e.Call, true
+	for _, o := range enders[:i] {
+		if o.Return > h.Called { // overlapped the grant: may have ended it
+			deadline, from, alone = max(deadline, o.Return+noticeBound(o, h, b)), min(from, o.Call), false
+		}
+	}
+	if faultDuring(faults, h.Client, from, deadline, 0) {
+		return Violation{}, nil, false
+	}
+	if done == 0 || done > deadline {
+		end := "still open at the end of the history"
+		if done > 0 {
+			end = fmt.Sprintf("closed %s after it returned (%s)", ms(done-e.Return), why)
+		}
+		return Violation{"notice", e.Lock, deadline,
+			fmt.Sprintf("%v ended %v; its Done %s, bound %v", e, h, end, deadline-e.Return), []int{e.ID}}, nil, true
+	}
+	if !alone {
+		return Violation{}, nil, false
+	}
+	return Violation{}, &Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: max(done-e.Return, 0)}, true
+}
+
+// noticeBound is how long after e returned h's holder may learn of it:
+// the notice bound, or the watchdog's tick for a DEL by hand or a
+// Redisson forceUnlock seen by a client that watches no keys.
+func noticeBound(e *Op, h *Hold, b Bounds) time.Duration {
+	byScript := e.Kind == KindForceUnlock || e.Kind == KindDelete
+	if !byScript && !h.Watches {
+		return b.Tick
+	}
+	return b.Notice
 }
 
 // checkErrors: an error says what happened. One error never means both
@@ -287,8 +325,11 @@ func checkErrors(ops []*Op, faults []Fault) []Violation {
 	return out
 }
 
-// checkReturns: every call returns by its deadline, plus slack.
-func checkReturns(ops []*Op, b Bounds) []Violation {
+// checkReturns: every call returns by its deadline, plus slack - or
+// later by no more than the process itself was measured to run late
+// around then (a stall: the race detector on a loaded machine), which
+// the lock cannot help.
+func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 	var out []Violation
 	for _, op := range ops {
 		took := op.Return - op.Call
@@ -296,11 +337,37 @@ func checkReturns(ops []*Op, b Bounds) []Violation {
 		if op.Kind == KindClose {
 			limit = b.Close
 		}
-		if limit > 0 && took > limit+b.Return {
-			out = append(out, Violation{"returns", op.Lock, op.Return, fmt.Sprintf("%v took %v, its limit %v", op, took.Round(time.Millisecond), limit), []int{op.ID}})
+		if limit == 0 || took <= limit+b.Return {
+			continue
 		}
+		over := took - limit - b.Return
+		late := lateDuring(stalls, op.Call+limit, op.Return)
+		if late >= over {
+			continue // the process itself ran that late then
+		}
+		text := fmt.Sprintf("%v took %v, its limit %v", op, took.Round(time.Millisecond), limit)
+		if late > 0 {
+			text += fmt.Sprintf(" (the process ran %v late then)", late.Round(time.Millisecond))
+		}
+		out = append(out, Violation{"returns", op.Lock, op.Return, text, []int{op.ID}})
 	}
 	return out
+}
+
+// lateDuring is the longest stall that overlapped [from, to]: its late
+// timer fired after from, and was due before to.
+// maxStall bounds the stalls lateDuring looks for past to.
+const maxStall = 10 * time.Second
+
+func lateDuring(stalls []Stall, from, to time.Duration) time.Duration {
+	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].At >= from })
+	var late time.Duration
+	for ; i < len(stalls) && stalls[i].At <= to+maxStall; i++ {
+		if stalls[i].At-stalls[i].Late <= to {
+			late = max(late, stalls[i].Late)
+		}
+	}
+	return late
 }
 
 // checkFIFO: a live Go waiter is not overtaken by an owner whose acquire

@@ -1,6 +1,8 @@
 package soak
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,6 +21,7 @@ func hold(lock, owner string, token int64, at time.Duration, done time.Duration)
 }
 
 func acquire(h *History, hd *Hold, call time.Duration) *Op {
+	hd.Called = call
 	h.AddHold(hd)
 	return h.Add(&Op{Kind: KindLock, Lock: hd.Lock, Owner: hd.Owner, Client: hd.Client, Call: call, Return: hd.Acquired, Hold: hd, New: true})
 }
@@ -81,6 +84,26 @@ func TestCheckNotices(t *testing.T) {
 	if got := checks(h)["notice"]; got != 0 {
 		t.Errorf("with a partition of the holder: %d notice violations", got)
 	}
+
+	// The first ending call after the grant ended the hold; a later one
+	// ended someone else's. Here the first is Redisson's forceUnlock, which
+	// a client watching no keys hears of by its watchdog's tick.
+	h = NewHistory(1)
+	ticked := hold("L", "a", 1, 10*msec, 4*time.Second)
+	ticked.Watches = false
+	acquire(h, ticked, 0)
+	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Released: true})
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
+	if got := checks(h)["notice"]; got != 0 {
+		t.Errorf("a later ForceUnlock blamed for a hold Redisson's forceUnlock ended: %d notice violations", got)
+	}
+	// Without the forceUnlock, the ForceUnlock ended it and 1 s is the bound.
+	h = NewHistory(1)
+	acquire(h, hold("L", "a", 1, 10*msec, 4*time.Second), 0)
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
+	if got := checks(h)["notice"]; got != 1 {
+		t.Errorf("a ForceUnlock heard of after 3.5 s: %d notice violations, want 1", got)
+	}
 }
 
 func TestCheckErrors(t *testing.T) {
@@ -102,6 +125,24 @@ func TestCheckReturns(t *testing.T) {
 	h.Add(&Op{Kind: KindLock, Lock: "L", Call: 0, Return: 1100 * msec, Limit: time.Second})
 	if got := checks(h)["returns"]; got != 1 {
 		t.Errorf("%d return violations, want 1", got)
+	}
+	// The process measured itself running 400 ms late then: the 1650 ms
+	// return (350 ms past the slack) is excused; a stall before the
+	// deadline or a shorter one is not.
+	for _, c := range []struct {
+		st   Stall
+		want int
+	}{
+		{Stall{At: 1500 * msec, Late: 400 * msec}, 0},
+		{Stall{At: 1500 * msec, Late: 100 * msec}, 1},
+		{Stall{At: 900 * msec, Late: 400 * msec}, 1},
+	} {
+		hs := NewHistory(1)
+		hs.Add(&Op{Kind: KindLock, Lock: "L", Call: 0, Return: 1650 * msec, Limit: time.Second})
+		hs.AddStall(c.st)
+		if got := checks(hs)["returns"]; got != c.want {
+			t.Errorf("with %+v: %d return violations, want %d", c.st, got, c.want)
+		}
 	}
 }
 
@@ -171,5 +212,62 @@ func TestCheckLinearizable(t *testing.T) {
 	}
 	if n != 1 || len(r.Visual["L"]) == 0 {
 		t.Errorf("two holders at once: %d linearizability violations, visualisation %d bytes; want 1 and some", n, len(r.Visual["L"]))
+	}
+	for _, v := range r.Violations {
+		if v.Check == "linearizable" && (v.At != 50*msec || !strings.Contains(v.Text, "cannot place #1 ")) {
+			t.Errorf("where it breaks: at %s, %q; want b's grant while a held (returned at 50ms), named", ms(v.At), v.Text)
+		}
+	}
+
+	// A hold may end before the reply granting it arrives: a's grant took
+	// 100 ms to come back, its lease ran out (or it was force-unlocked)
+	// meanwhile and b was granted the next token before a heard.
+	early := NewHistory(1)
+	a = hold("L", "a", 1, 100*msec, 150*msec)
+	acquire(early, a, 0)
+	b = hold("L", "b", 2, 90*msec, 0)
+	acquire(early, b, 20*msec)
+	release(early, b, 120*msec, 130*msec)
+	if got := checks(early)["linearizable"]; got != 0 {
+		t.Errorf("a hold that ended before its grant's reply: %d violations", got)
+	}
+}
+
+// TestSavedHistory: a history read back from Save gives the checkers what
+// the original gave them.
+func TestSavedHistory(t *testing.T) {
+	h := NewHistory(42)
+	acquire(h, hold("L", "a", 1, 10*msec, 0), 0) // never told
+	acquire(h, hold("L", "b", 2, 40*msec, 50*msec), 30*msec)
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Call: 35 * msec, Return: 36 * msec, Released: true})
+	h.AddFault(Fault{Kind: FaultPause, Target: "server", Start: 5 * msec, End: 6 * msec})
+	b := DefaultBounds(15 * time.Second)
+	path := filepath.Join(t.TempDir(), "h.json.gz")
+	if err := h.Save(path, b); err != nil {
+		t.Fatal(err)
+	}
+	got, gb, err := LoadHistory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb != b || got.Seed != 42 || len(got.Ops()) != 3 || len(got.Holds()) != 2 || len(got.Faults()) != 1 {
+		t.Fatalf("loaded: bounds %+v seed %d, %d ops, %d holds, %d faults", gb, got.Seed, len(got.Ops()), len(got.Holds()), len(got.Faults()))
+	}
+	for i, op := range got.Ops() {
+		if want := h.Ops()[i]; op.String() != want.String() || (op.Hold == nil) != (want.Hold == nil) || op.Hold != nil && op.Hold.String() != want.Hold.String() {
+			t.Errorf("operation %d: %v (hold %v), want %v (hold %v)", i, op, op.Hold, want, want.Hold)
+		}
+	}
+	want, again := Check(h, b).Violations, Check(got, gb).Violations
+	if len(want) == 0 || len(again) != len(want) {
+		t.Fatalf("violations: %d from the loaded history, %d from the original (want the same, some)", len(again), len(want))
+	}
+	for i := range want {
+		if again[i].String() != want[i].String() {
+			t.Errorf("violation %d: %v, want %v", i, again[i], want[i])
+		}
+	}
+	if _, _, err := LoadHistory(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("loading a missing file: no error")
 	}
 }

@@ -191,6 +191,16 @@ type History struct {
 	ops    []*Op
 	holds  []*Hold
 	faults []Fault
+	stalls []Stall
+}
+
+// Stall is a stretch in which this process ran late: a timer that was due
+// fired Late after it (the race detector and a loaded machine). Measured,
+// not injected: a call that returned late by no more than a stall around
+// its deadline explains is excused (checkReturns).
+type Stall struct {
+	At   time.Duration // when the late timer fired
+	Late time.Duration
 }
 
 // NewHistory starts a history now.
@@ -238,6 +248,20 @@ func (h *History) Holds() []*Hold {
 	h.mu.Unlock()
 	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
 	return hs
+}
+
+// AddStall records a stall.
+func (h *History) AddStall(st Stall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stalls = append(h.stalls, st)
+}
+
+// Stalls returns the stalls by time.
+func (h *History) Stalls() []Stall {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Stall(nil), h.stalls...)
 }
 
 // Faults returns the faults by start.

@@ -81,20 +81,24 @@ func linModel() porcupine.Model {
 	}
 }
 
-// linOps turns the history of one lock into porcupine operations.
-func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) []porcupine.Operation {
+// linOps turns the history of one lock into porcupine operations, and
+// says what each one is (an operation or a hold, as the history prints
+// it).
+func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) ([]porcupine.Operation, []string) {
 	var out []porcupine.Operation
-	add := func(in linInput, call, ret time.Duration) {
+	var what []string
+	add := func(in linInput, call, ret time.Duration, w fmt.Stringer) {
 		out = append(out, porcupine.Operation{ClientId: len(out), Input: in, Call: int64(call), Return: int64(ret)})
+		what = append(what, w.String())
 	}
 	released := map[*Hold]bool{}
 	for _, op := range ops {
 		switch {
 		case op.Lock != lock:
 		case op.Kind.acquire() && op.Hold != nil && op.New:
-			add(linInput{kind: linAcquire, owner: op.Owner, java: op.Java, token: op.Hold.Token}, op.Call, op.Return)
+			add(linInput{kind: linAcquire, owner: op.Owner, java: op.Java, token: op.Hold.Token}, op.Call, op.Return, op)
 		case op.Kind == KindUnlock && op.Final:
-			add(linInput{kind: linRelease, owner: op.Owner}, op.Call, op.Return)
+			add(linInput{kind: linRelease, owner: op.Owner}, op.Call, op.Return, op)
 			released[op.Hold] = true
 		}
 	}
@@ -102,18 +106,32 @@ func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) []porcupine.Operati
 		if h.Lock != lock || released[h] {
 			continue
 		}
-		done, _ := h.Done()
-		end := done + b.Notice
-		if !h.Watches && !h.Java {
-			end = done + b.Tick
-		}
-		if done == 0 {
-			end = 1 << 62 // open at the end of the history
-		}
-		add(linInput{kind: linEnd, owner: h.Owner, java: h.Java, token: h.Token}, h.Acquired, end)
+		// A hold may end (its lease runs out, someone force-unlocks it)
+		// before the reply granting it reaches its owner: from the call.
+		add(linInput{kind: linEnd, owner: h.Owner, java: h.Java, token: h.Token}, h.Called, endBy(h, b), endOf{h})
 	}
-	return out
+	return out, what
 }
+
+// endBy is the latest a hold that was not released can have ended: when
+// its owner knew, plus the notice bound (a client that watches no keys
+// learns of a DEL by hand by its watchdog's tick); open at the end of the
+// history when the owner never knew.
+func endBy(h *Hold, b Bounds) time.Duration {
+	done, _ := h.Done()
+	switch {
+	case done == 0:
+		return 1 << 62
+	case !h.Watches && !h.Java:
+		return done + b.Tick
+	}
+	return done + b.Notice
+}
+
+// endOf prints a hold's end as a linearizability operation.
+type endOf struct{ h *Hold }
+
+func (e endOf) String() string { return "the end of " + e.h.String() }
 
 // checkLinearizable runs porcupine on each lock's history; a history it
 // finds illegal is a violation, with porcupine's visualisation.
@@ -131,7 +149,7 @@ func checkLinearizable(ops []*Op, holds []*Hold, b Bounds) ([]Violation, map[str
 	visual := map[string][]byte{}
 	model := linModel()
 	for _, l := range names {
-		lops := linOps(l, ops, holds, b)
+		lops, what := linOps(l, ops, holds, b)
 		res, info := porcupine.CheckOperationsVerbose(model, lops, time.Minute)
 		switch res {
 		case porcupine.Illegal:
@@ -139,9 +157,7 @@ func checkLinearizable(ops []*Op, holds []*Hold, b Bounds) ([]Violation, map[str
 			if err := porcupine.Visualize(model, info, &buf); err == nil {
 				visual[l] = buf.Bytes()
 			}
-			at := firstIllegal(model, lops)
-			out = append(out, Violation{Check: "linearizable", Lock: l, At: at,
-				Text: fmt.Sprintf("the grants, releases and ends of %s called up to %s fit no sequence of one holder at a time with growing tokens (of %d in all)", l, ms(at), len(lops))})
+			out = append(out, stuck(l, lops, what, info))
 		case porcupine.Unknown:
 			out = append(out, Violation{Check: "linearizable", Lock: l, At: lastCall(lops), Text: "porcupine could not decide within a minute"})
 		}
@@ -157,17 +173,40 @@ func lastCall(ops []porcupine.Operation) time.Duration {
 	return time.Duration(last)
 }
 
-// firstIllegal shrinks an illegal history to its shortest illegal prefix
-// (by call time) and returns the last call in it: where the history first
-// goes wrong.
-func firstIllegal(model porcupine.Model, ops []porcupine.Operation) time.Duration {
-	sorted := append([]porcupine.Operation(nil), ops...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
-	n := sort.Search(len(sorted), func(n int) bool {
-		return porcupine.CheckOperationsTimeout(model, sorted[:n+1], 10*time.Second) == porcupine.Illegal
-	})
-	if n >= len(sorted) {
-		return lastCall(sorted)
+// stuck says where an illegal history goes wrong: porcupine's longest
+// partial linearization explains some operations one at a time; of the
+// rest, the one that returned first could not be placed after it - the
+// history breaks there.
+func stuck(lock string, lops []porcupine.Operation, what []string, info porcupine.LinearizationInfo) Violation {
+	var longest []int
+	for _, part := range info.PartialLinearizations() {
+		for _, lin := range part {
+			if len(lin) > len(longest) {
+				longest = lin
+			}
+		}
 	}
-	return time.Duration(sorted[n].Call)
+	placed := make(map[int]bool, len(longest))
+	for _, id := range longest {
+		placed[id] = true
+	}
+	first := -1
+	for id, op := range lops {
+		if !placed[id] && (first < 0 || op.Return < lops[first].Return) {
+			first = id
+		}
+	}
+	v := Violation{Check: "linearizable", Lock: lock, At: lastCall(lops)}
+	if first < 0 {
+		v.Text = fmt.Sprintf("porcupine found the %d grants, releases and ends of %s illegal but explained all of them", len(lops), lock)
+		return v
+	}
+	v.At = time.Duration(lops[first].Return)
+	last := "nothing"
+	if len(longest) > 0 {
+		last = what[longest[len(longest)-1]]
+	}
+	v.Text = fmt.Sprintf("no sequence of one holder at a time with growing tokens explains %s's history past %d of its %d grants, releases and ends: the longest ends with %s; it cannot place %s",
+		lock, len(longest), len(lops), last, what[first])
+	return v
 }

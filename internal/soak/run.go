@@ -35,6 +35,7 @@ type Config struct {
 // Result is a run's history, report and counts.
 type Result struct {
 	History *History
+	Bounds  Bounds // what the history was checked against
 	Report  Report
 	Ops     int
 	Faults  map[FaultKind]int
@@ -124,6 +125,8 @@ func Run(t *testing.T, cfg Config) Result {
 	ad := &adminActor{h: h, clients: clients, raw: admin, rnd: rand.New(rand.NewPCG(cfg.Seed, 7)), javas: javas}
 	loop(ad.step)
 
+	stalls := watchStalls(h)
+	defer stalls()
 	nm := &nemesis{t: t, h: h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	end := time.Now().Add(cfg.Duration)
 	for time.Now().Before(end) {
@@ -136,11 +139,44 @@ func Run(t *testing.T, cfg Config) Result {
 	stop()
 	wg.Wait()
 	quiesce(h, owners, clients)
-	res := Result{History: h, Faults: nm.count}
-	res.Report = Check(h, DefaultBounds(cfg.Lease))
+	res := Result{History: h, Bounds: DefaultBounds(cfg.Lease), Faults: nm.count}
+	res.Report = Check(h, res.Bounds)
 	res.Report.Violations = append(res.Report.Violations, leftovers(t, admin, h, clients)...)
 	res.Ops = len(h.Ops())
 	return res
+}
+
+// stallTick is how often watchStalls' timer is due; stallMin the least
+// lateness it records.
+const (
+	stallTick = 5 * time.Millisecond
+	stallMin  = 20 * time.Millisecond
+)
+
+// watchStalls records, until the returned function is called, each time
+// this process ran its timers stallMin or more late.
+func watchStalls(h *History) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(stallTick)
+		defer t.Stop()
+		due := h.Now() + stallTick
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			now := h.Now()
+			if late := now - due; late >= stallMin {
+				h.AddStall(Stall{At: now, Late: late})
+			}
+			due = now + stallTick
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // quiesce releases every hold and closes every client, recording the

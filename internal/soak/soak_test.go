@@ -16,6 +16,7 @@ var (
 	seed    = flag.Uint64("soak.seed", 0, "the run's seed (0: a fresh one, printed)")
 	out     = flag.String("soak.out", "", "directory for violation reports (default: a temporary one)")
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
+	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
 )
 
 // TestSoak runs the soak when -soak.seconds is set (scripts/soak.sh). It
@@ -40,12 +41,25 @@ func TestSoak(t *testing.T) {
 	}
 	sort.Strings(kinds)
 	t.Logf("faults by kind: %s", strings.Join(kinds, ", "))
+	var longest time.Duration
+	stalls := res.History.Stalls()
+	for _, st := range stalls {
+		longest = max(longest, st.Late)
+	}
+	t.Logf("the process ran its timers late %d times (%v or more), at worst by %v", len(stalls), stallMin, longest.Round(time.Millisecond))
 	logNotices(t, res.Report.Notices)
-	if len(res.Report.Violations) > 0 {
-		dir := *out
-		if dir == "" {
-			dir = t.TempDir()
+	dir := *out
+	if dir == "" && len(res.Report.Violations) > 0 {
+		dir = t.TempDir()
+	}
+	if dir != "" {
+		hpath := filepath.Join(dir, fmt.Sprintf("history-%d.json.gz", s))
+		if err := res.History.Save(hpath, res.Bounds); err != nil {
+			t.Errorf("saving the history: %v", err)
 		}
+		t.Logf("history saved: %s (check again: go test ./internal/soak -run TestRecheck -soak.history %s)", hpath, hpath)
+	}
+	if len(res.Report.Violations) > 0 {
 		path := filepath.Join(dir, fmt.Sprintf("soak-%d.txt", s))
 		if err := os.WriteFile(path, []byte(Explain(res.History, res.Report.Violations)), 0o644); err != nil {
 			t.Log(err)
@@ -74,4 +88,28 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	fmt.Printf("soak: 1 histories, %d operations, %d faults, %d violations\n", res.Ops, faults, len(res.Report.Violations))
+}
+
+// TestRecheck runs the checkers again over a history TestSoak saved
+// (-soak.history), with the bounds it was checked against, and fails on
+// each violation they find - without servers, so a checker's change or a
+// violation's explanation can be tried at once.
+func TestRecheck(t *testing.T) {
+	if *saved == "" {
+		t.Skip("needs -soak.history")
+	}
+	h, b, err := LoadHistory(*saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(h, b)
+	logNotices(t, r.Notices)
+	logFirsts(t, h, r.Violations)
+	for _, v := range r.Violations {
+		t.Errorf("violation: %v", v)
+	}
+	if len(r.Violations) > 0 {
+		fmt.Print(Explain(h, r.Violations))
+	}
+	fmt.Printf("recheck: %d operations, %d violations\n", len(h.Ops()), len(r.Violations))
 }
