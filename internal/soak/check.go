@@ -383,11 +383,16 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 		}
 	}
 	since := make(map[*Op]time.Duration)
-	for _, g := range grants {
+	byToken := map[string][]*Op{} // Go grants by lock, by token
+	for l, g := range grants {
 		sort.Slice(g, func(i, j int) bool { return g[i].Return < g[j].Return })
 		for _, a := range g {
 			since[a] = queuedSince(ops, a)
+			if !a.Java {
+				byToken[l] = append(byToken[l], a)
+			}
 		}
+		sort.Slice(byToken[l], func(i, j int) bool { return byToken[l][i].Hold.Token < byToken[l][j].Hold.Token })
 	}
 	for _, w := range ops {
 		if w.Java || !w.Kind.acquire() || w.Queued == 0 {
@@ -399,7 +404,8 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 			if a == w || a.Owner == w.Owner || since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
 				continue
 			}
-			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) || disturbed(ops, w, a.Return) {
+			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
+				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], w, a) {
 				continue
 			}
 			out = append(out, Violation{"fifo", w.Lock, a.Return,
@@ -458,6 +464,29 @@ func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 			continue
 		}
 		if e.Kind.resetsQueue() && e.Lock == w.Lock || e.Kind == KindClose && e.Client == w.Client {
+			return true
+		}
+	}
+	return false
+}
+
+// grantEnded reports whether w may have been granted the lock and lost
+// the grant before it heard, which sends its call to the back of the
+// queue: a hand-over grant not taken up yet is a hold (B4), and a
+// ForceUnlock, a delete or a DEL by hand ends it (B8). The history shows
+// it as a fencing token nobody returned with, drawn while w waited before
+// a was granted, and a hold-ending call that removed something then.
+func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
+	gap := false
+	for i := 1; i < len(byToken) && !gap; i++ {
+		prev, next := byToken[i-1], byToken[i]
+		gap = next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return
+	}
+	if !gap {
+		return false
+	}
+	for _, e := range ops {
+		if e.Kind.ends() && e.Lock == w.Lock && e.Released && e.Err == "" && e.Return > w.Queued && e.Call < a.Return {
 			return true
 		}
 	}

@@ -178,6 +178,35 @@ func TestCheckFIFO(t *testing.T) {
 	if got := checks(h)["fifo"]; got != 0 {
 		t.Errorf("after a Delete of the lock: %d FIFO violations, want 0", got)
 	}
+
+	// w may have been handed the lock (token 2, which nobody returned
+	// with) and lost that grant to a ForceUnlock before it heard: it
+	// queued again at the back. Without the ForceUnlock, or without the
+	// gap in the tokens, y overtook it.
+	for _, c := range []struct {
+		name        string
+		gap, forced bool
+		want        int
+	}{
+		{"token gap and ForceUnlock", true, true, 0},
+		{"ForceUnlock, no gap", false, true, 1},
+		{"gap, no ForceUnlock", true, false, 1},
+	} {
+		h := NewHistory(1)
+		acquire(h, hold("L", "x", 1, 15*msec, 100*msec), 0)
+		h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 10 * msec, Queued: 20 * msec, Return: 500 * msec})
+		next := int64(2)
+		if c.gap {
+			next = 3
+		}
+		acquire(h, hold("L", "y", next, 200*msec, 300*msec), 50*msec)
+		if c.forced {
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Call: 150 * msec, Return: 160 * msec, Released: true})
+		}
+		if got := checks(h)["fifo"]; got != c.want {
+			t.Errorf("%s: %d FIFO violations, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 func TestCheckLinearizable(t *testing.T) {
