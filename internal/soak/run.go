@@ -380,9 +380,12 @@ func (n *nemesis) step(left time.Duration) {
 	n.count[f.Kind]++
 }
 
-// leftovers checks the server at quiescence: no queue, timeout or
-// liveness entry of a Go owner (every Go client is closed), and every key
-// has an expiry.
+// leftovers checks the server at quiescence: every key has an expiry,
+// and no Go owner - every Go client is closed - is still a waiter: an
+// entry in a queue is one its owner left behind marked dead (X5, X8),
+// unless the owner's last acquire on that lock ran into a fault (the
+// cleanup is best effort, bounded by 2 s, and an attempt in flight is
+// awaited up to 5 s).
 func leftovers(t *testing.T, raw *redis.Client, h *History, clients []*goClient) []Violation {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -396,5 +399,75 @@ func leftovers(t *testing.T, raw *redis.Client, h *History, clients []*goClient)
 			out = append(out, Violation{Check: "leftovers", Lock: k, At: h.Now(), Text: fmt.Sprintf("key %s has no expiry", k)})
 		}
 	}
+	last := lastAcquires(h.Ops())
+	faults := h.Faults()
+	for _, name := range lockNames(len(clients)) {
+		for _, w := range liveWaiters(ctx, raw, name) {
+			op, ok := last[name+"\x00"+w]
+			if !ok {
+				continue // not a Go owner's
+			}
+			if faultDuring(faults, op.Client, op.Call, op.Return+cleanupBound, 0) {
+				continue
+			}
+			out = append(out, Violation{Check: "leftovers", Lock: name, At: h.Now(), Ops: []int{op.ID},
+				Text: fmt.Sprintf("%s is still a live waiter of %s after its client closed; its last acquire: %v", short(w), name, op)})
+		}
+	}
 	return out
+}
+
+// cleanupBound is how long after a call returned its cleanup may go on:
+// the attempt in flight awaited (5 s), then the cleanup (2 s).
+const cleanupBound = 7 * time.Second
+
+// lockNames are every lock the workload uses.
+func lockNames(clients int) []string {
+	names := append([]string(nil), sharedNames...)
+	for i := range clients {
+		names = append(names, privateNames(i)...)
+	}
+	return names
+}
+
+// lastAcquires maps lock and Go owner to the owner's last acquire on it.
+func lastAcquires(ops []*Op) map[string]*Op {
+	last := map[string]*Op{}
+	for _, op := range ops {
+		if op.Java || !op.Kind.acquire() {
+			continue
+		}
+		k := op.Lock + "\x00" + op.Owner
+		if p := last[k]; p == nil || op.Return > p.Return {
+			last[k] = op
+		}
+	}
+	return last
+}
+
+// liveWaiters returns the owners in lock name's queue (RULES.md,
+// Keyspace) or liveness zset that are not marked as left behind (a
+// liveness deadline of 0).
+func liveWaiters(ctx context.Context, raw *redis.Client, name string) []string {
+	queue, _ := raw.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
+	alive, _ := raw.ZRangeWithScores(ctx, "fairlock_lock_alive:{"+name+"}", 0, -1).Result()
+	left := map[string]bool{}
+	seen := map[string]bool{}
+	var live []string
+	for _, z := range alive {
+		m := fmt.Sprint(z.Member)
+		if z.Score == 0 {
+			left[m] = true
+		} else if !seen[m] {
+			seen[m] = true
+			live = append(live, m)
+		}
+	}
+	for _, m := range queue {
+		if !left[m] && !seen[m] {
+			seen[m] = true
+			live = append(live, m)
+		}
+	}
+	return live
 }
