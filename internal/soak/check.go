@@ -24,11 +24,24 @@ type Bounds struct {
 	Return time.Duration
 	// Close bounds Client.Close.
 	Close time.Duration
+	// Free bounds how long a lock stays free - nobody has been told it
+	// holds it - while a live Go waiter waits for it, with no fault
+	// near: a head whose wake-up went astray attempts again within a
+	// third of the waiter timeout (its heartbeat), plus Notice.
+	Free time.Duration
+	// FreeFault is the same bound with a fault near: a head that cannot
+	// be reached is handed the lock and holds that grant for at most
+	// twice the waiter timeout before the next waiter's heartbeat finds
+	// it dead, plus Free.
+	FreeFault time.Duration
 }
 
 // DefaultBounds are the soak's bounds for a client lease.
 func DefaultBounds(lease time.Duration) Bounds {
-	return Bounds{Notice: time.Second, Tick: lease/3 + time.Second, Return: 300 * time.Millisecond, Close: 5 * time.Second}
+	const waiterTimeout = 5 * time.Second // lock's default, which the soak keeps
+	free := waiterTimeout/3 + time.Second
+	return Bounds{Notice: time.Second, Tick: lease/3 + time.Second, Return: 300 * time.Millisecond, Close: 5 * time.Second,
+		Free: free, FreeFault: 2*waiterTimeout + free}
 }
 
 // Violation is one broken promise.
@@ -74,6 +87,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
 	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
+	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
 	r.Visual = visual
@@ -511,4 +525,85 @@ func queuedSince(ops []*Op, a *Op) time.Duration {
 		since = p.Call
 	}
 	return since
+}
+
+// checkFree: a lock does not stay free while a live Go waiter waits for
+// it (X3, X4). Free, as the clients saw it, runs from the end of the last
+// hold to the return of the next grant; a Go acquire that had queued
+// before the lock became free and still waited when it was taken again
+// waited through it. Longer than Bounds.Free is a violation, or than
+// Bounds.FreeFault with a fault on anyone within the waiter timeout
+// before or during it. A stall of the process itself lengthens the bound
+// by its length.
+func checkFree(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bounds) []Violation {
+	var out []Violation
+	enders := map[string][]*Op{}
+	waiters := map[string][]*Op{}
+	for _, op := range ops {
+		switch {
+		case op.Kind.ends() && op.Released && op.Err == "":
+			enders[op.Lock] = append(enders[op.Lock], op)
+		case !op.Java && op.Kind.acquire() && op.Queued > 0:
+			waiters[op.Lock] = append(waiters[op.Lock], op)
+		}
+	}
+	byLock := map[string][]*Hold{}
+	for _, h := range holds {
+		byLock[h.Lock] = append(byLock[h.Lock], h)
+	}
+	for l, hs := range byLock {
+		var heldUntil time.Duration // holds is by grant
+		for _, h := range hs {
+			if from := heldUntil; from > 0 && h.Acquired > from {
+				if v, bad := freeGap(waiters[l], faults, stalls, b, l, from, h); bad {
+					out = append(out, v)
+				}
+			}
+			heldUntil = max(heldUntil, heldTill(h, enders[l]))
+		}
+	}
+	return out
+}
+
+// heldTill is when h ended as far as the history tells: its Done; for a
+// hold still open (a Java hold ended by someone else, or any at the end of
+// the history), its lease's end or the first hold-ending call after it,
+// else never.
+func heldTill(h *Hold, enders []*Op) time.Duration {
+	if done, _ := h.Done(); done > 0 {
+		return done
+	}
+	till := time.Duration(1 << 62)
+	if h.Lease > 0 {
+		till = h.Acquired + h.Lease
+	}
+	for _, e := range enders {
+		if e.Call > h.Acquired {
+			return min(till, e.Return)
+		}
+	}
+	return till
+}
+
+// freeGap checks the free stretch [from, next.Acquired] of lock l against
+// the Go waiters that waited through it.
+func freeGap(waiters []*Op, faults []Fault, stalls []Stall, b Bounds, l string, from time.Duration, next *Hold) (Violation, bool) {
+	gap := next.Acquired - from
+	if gap <= b.Free+lateDuring(stalls, from, next.Acquired) {
+		return Violation{}, false
+	}
+	var w *Op
+	for _, op := range waiters {
+		if op.Queued < from && op.Return >= next.Acquired {
+			w = op
+			break
+		}
+	}
+	if w == nil {
+		return Violation{}, false
+	}
+	if gap <= b.FreeFault && faultDuring(faults, "", from-5*time.Second, next.Acquired, 0) {
+		return Violation{}, false
+	}
+	return Violation{"free", l, next.Acquired, fmt.Sprintf("%s stayed free for %v (from %s to %v) while %v waited", l, gap.Round(time.Millisecond), ms(from), next, w), []int{w.ID}}, true
 }

@@ -300,3 +300,36 @@ func TestSavedHistory(t *testing.T) {
 		t.Error("loading a missing file: no error")
 	}
 }
+
+func TestCheckFree(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		gap    time.Duration
+		waiter bool
+		fault  bool
+		want   int
+	}{
+		{"short", time.Second, true, false, 0},
+		{"4 s, quiet", 4 * time.Second, true, false, 1},
+		{"4 s, nobody waiting", 4 * time.Second, false, false, 0},
+		{"4 s, a fault near", 4 * time.Second, true, true, 0},
+		{"15 s, a fault near", 15 * time.Second, true, true, 1},
+	} {
+		h := NewHistory(1)
+		a := hold("L", "a", 1, 10*msec, 100*msec)
+		acquire(h, a, 0)
+		next := 100*msec + c.gap
+		if c.waiter {
+			w := hold("L", "w", 2, next, next+msec)
+			acquire(h, w, 50*msec).Queued = 60 * msec
+		} else {
+			acquire(h, hold("L", "x", 2, next, next+msec), next-msec)
+		}
+		if c.fault {
+			h.AddFault(Fault{Kind: FaultPartition, Target: "someone", Start: time.Second, End: 2 * time.Second})
+		}
+		if got := checks(h)["free"]; got != c.want {
+			t.Errorf("%s: %d free violations, want %d", c.name, got, c.want)
+		}
+	}
+}
