@@ -340,9 +340,9 @@ func checkErrors(ops []*Op, faults []Fault) []Violation {
 }
 
 // checkReturns: every call returns by its deadline, plus slack - or
-// later by no more than the process itself was measured to run late
-// around then (a stall: the race detector on a loaded machine), which
-// the lock cannot help.
+// later by no more than twice what the process itself was measured to run
+// late around then (its timers fire late: the race detector on a loaded
+// machine), which the lock cannot help.
 func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 	var out []Violation
 	for _, op := range ops {
@@ -354,8 +354,11 @@ func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 		if limit == 0 || took <= limit+b.Return {
 			continue
 		}
+		// The way back from the deadline waits on two timers (the
+		// context's, then the grace's): each may fire as late as the
+		// process ran then.
 		over := took - limit - b.Return
-		late := lateDuring(stalls, op.Call+limit, op.Return)
+		late := 2 * lateDuring(stalls, op.Call+limit-stallNear, op.Return+stallNear)
 		if late >= over {
 			continue // the process itself ran that late then
 		}
@@ -372,6 +375,11 @@ func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 // timer fired after from, and was due before to.
 // maxStall bounds the stalls lateDuring looks for past to.
 const maxStall = 10 * time.Second
+
+// stallNear widens the stretch of a call's return in which a stall
+// counts: the process's lateness just before or after is its lateness
+// then.
+const stallNear = 100 * time.Millisecond
 
 func lateDuring(stalls []Stall, from, to time.Duration) time.Duration {
 	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].At >= from })
