@@ -84,7 +84,7 @@ func Check(h *History, b Bounds) Report {
 	v, lat := checkNotices(ops, holds, faults, b)
 	r.Violations = append(r.Violations, v...)
 	r.Notices = lat
-	r.Violations = append(r.Violations, checkErrors(ops, faults)...)
+	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
 	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
@@ -324,19 +324,39 @@ func noticeBound(e *Op, h *Hold, b Bounds) time.Duration {
 
 // checkErrors: an error says what happened. One error never means both
 // "busy" and "unreachable"; ErrUnavailable only while a fault could have
-// kept the server out of reach.
-func checkErrors(ops []*Op, faults []Fault) []Violation {
+// kept the server out of reach - or, for a call that gave up with no reply
+// to its attempt yet, while the process itself was overloaded.
+func checkErrors(ops []*Op, faults []Fault, stalls []Stall) []Violation {
 	var out []Violation
 	for _, op := range ops {
 		if op.NotAcq && op.Unavail {
 			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: the error says both not acquired and server unavailable", op), []int{op.ID}})
 			continue
 		}
-		if op.Unavail && !faultDuring(faults, op.Client, op.Call, op.Return, 2*time.Second) {
+		if op.Unavail && !faultDuring(faults, op.Client, op.Call, op.Return, 2*time.Second) &&
+			!(strings.Contains(op.Err, noReply) && overloaded(stalls, op.Return)) {
 			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: server unavailable, with no fault near the call", op), []int{op.ID}})
 		}
 	}
 	return out
+}
+
+// noReply is the text of lock's error for a call whose caller gave up with
+// an attempt in flight (ErrUnavailable: it could not tell whether the lock
+// was busy).
+const noReply = "no reply yet to the attempt in flight"
+
+// overloaded reports whether the process ran late for a quarter or more of
+// the second before at: its timers, and the replies it waits for, came
+// that much later - a reply not back within the call's grace is then the
+// machine's doing, not a fault the lock could tell from a server's.
+func overloaded(stalls []Stall, at time.Duration) bool {
+	var late time.Duration
+	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].At >= at-time.Second })
+	for ; i < len(stalls) && stalls[i].At <= at; i++ {
+		late += stalls[i].Late
+	}
+	return late >= time.Second/4
 }
 
 // checkReturns: every call returns by its deadline, plus slack - or

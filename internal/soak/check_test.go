@@ -117,6 +117,31 @@ func TestCheckErrors(t *testing.T) {
 	if got := checks(h)["errors"]; got != 1 {
 		t.Errorf("with the server paused: %d error violations, want 1 (the busy one)", got)
 	}
+
+	// No reply in time to an attempt, with no fault: a violation, unless
+	// the process ran late a quarter of the second before (overloaded).
+	for _, c := range []struct {
+		name  string
+		late  time.Duration // in each of 10 stalls in the last second
+		other string        // the error
+		want  int
+	}{
+		{"quiet", 0, noReply, 1},
+		{"overloaded", 30 * msec, noReply, 0},
+		{"a little late", 10 * msec, noReply, 1},
+		{"overloaded, another error", 30 * msec, "connection refused", 1},
+	} {
+		h := NewHistory(1)
+		h.Add(&Op{Kind: KindLock, Lock: "L", Client: "c", Call: 10 * time.Second, Return: 11 * time.Second, Err: "lock: server unavailable: " + c.other, Unavail: true})
+		for i := range 10 {
+			if c.late > 0 {
+				h.AddStall(Stall{At: 10*time.Second + time.Duration(i+1)*90*msec, Late: c.late})
+			}
+		}
+		if got := checks(h)["errors"]; got != c.want {
+			t.Errorf("%s: %d error violations, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 func TestCheckReturns(t *testing.T) {
