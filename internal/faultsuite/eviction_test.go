@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,116 +13,50 @@ import (
 	"github.com/fairlock/fairlock/redistest"
 )
 
-// holdAge is how long a hold lasts before someone else ends it by hand
-// (DEL, eviction): past the 50 ms after which its client watches its hash.
+// holdAge is how old an aged hold is when someone else ends it: past the
+// 50 ms after which its client watches its hash.
 const holdAge = 80 * time.Millisecond
 
-// evictionTrials is how many holds each adapter has force-unlocked, then
-// deleted, by another client, and then had their hash deleted by hand.
-const evictionTrials = 100
+// noticeTrials is how many holds of each kind of loss and age each
+// adapter mode has ended (so p99 is the worst of them).
+const noticeTrials = 25
 
-// TestEvictionNotice: a hold that another client force-unlocks or deletes
-// ends at once on every adapter - the script tells the holder's client on
-// its own channel - not at the holder's next renewal (a third of the
-// default 30 s lease). So does a hold whose hash is deleted by a plain DEL
-// that publishes nothing: the holder's client watches the hash of each
-// lock it holds (client-side caching) and checks its hold when the hash
-// changes. Figures: from the ForceUnlock, Delete or DEL returning to the
-// old holder's Done closing (0 when Done closed first), p50 and p99 over
-// the trials.
+// TestEvictionNotice: a hold that someone else ends is noticed at once,
+// on every adapter mode - rueidis with and without client-side caching,
+// valkey-go, go-redis made by Dial and by New - from a client's first
+// hold on. A fairlock ForceUnlock or Delete by another client: the script
+// tells the holder's client on its own channel. A plain DEL of the lock
+// hash, or a Redisson forceUnlock (the Redisson model on its own
+// connection), publishes nothing: the holder's client watches the hash of
+// each lock it holds (client-side caching; armed 50 ms into the hold and
+// then checked, so a fresh hold's loss is noticed then) and checks its
+// hold when the hash changes; a mode without key watches notices them at
+// the watchdog's next tick, a third of the lease. Each loss is sent as
+// soon as Lock returned (the holder client's first hold is such a one)
+// and to a hold holdAge old. Figures: per mode and kind, from the ending
+// call returning to the old holder's Done closing (0 when Done closed
+// first), p50/p99 of the fresh holds, then of the aged ones.
 func TestEvictionNotice(t *testing.T) {
 	srv := redistest.Start(t)
-	adapters := dialers(srv.Addr())
-	var figures []string
-	for _, a := range adapters {
-		holder, admin := clientOf(t, a), clientOf(t, a)
-		listening(t, srv, holder)
-		for _, how := range []string{"ForceUnlock", "Delete", "DEL"} {
-			d, err := evictionDelays(t, srv, holder, admin, lockName(t)+":"+a.name+":"+how, how)
-			if err != nil {
-				t.Fatalf("%s, %s: %v", a.name, how, err)
-			}
-			figures = append(figures, fmt.Sprintf("%s %s p50 %v p99 %v", a.name, how, percentile(d, 50), percentile(d, 99)))
-		}
-	}
-	report(t, 14, fmt.Sprintf("another client force-unlocks (ForceUnlock), then deletes (Delete) a held lock, then a plain DEL of the lock hash from redis-cli's connection (DEL; the hold 80 ms old), %d times each per adapter; holder with the default 30 s lease (next renewal 10 s away)", evictionTrials),
-		"the old holder's Done closes within about one network delay of the call returning (DEL: two, a check of the hold follows the invalidation), every time; target p99 at most 10 ms (before: at its next renewal, up to 10 s)",
-		"to Done closing: "+strings.Join(figures, "; "))
-}
-
-// evictionDelays holds name with holder and evicts it with admin, trials
-// times, and returns how long after each eviction returned the hold ended,
-// sorted. A hold not told within 5 s fails the run.
-func evictionDelays(t *testing.T, srv *redistest.Server, holder, admin *lock.Client, name, how string) ([]time.Duration, error) {
-	hm, err := holder.NewMutex(name)
-	if err != nil {
-		return nil, err
-	}
-	am, err := admin.NewMutex(name)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var delays []time.Duration
-	for range evictionTrials {
-		h, err := hm.Lock(ctx)
-		if err != nil {
-			return nil, err
-		}
-		switch how {
-		case "ForceUnlock":
-			_, err = am.ForceUnlock(ctx)
-		case "Delete":
-			_, err = am.Delete(ctx)
-		default:
-			// A hold of some age, as in use: the client watches a held
-			// hash from 50 ms on (a younger one is checked when the watch
-			// is armed, 50 ms into the hold).
-			time.Sleep(holdAge)
-			if n, _ := srv.Do(t, "DEL", name).(int64); n != 1 {
-				err = fmt.Errorf("DEL deleted %d keys, want the lock hash", n)
+	var figures []string
+	for _, m := range lossModes(t, srv.Addr()) {
+		r := newLossRig(t, srv, m)
+		for range noticeTrials {
+			if err := r.round(ctx); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if err != nil {
-			return nil, err
-		}
-		returned := time.Now()
-		timer := time.NewTimer(5 * time.Second)
-		select {
-		case <-h.Done():
-			timer.Stop()
-		case <-timer.C:
-			return nil, fmt.Errorf("the holder was not told within 5s")
-		}
-		delays = append(delays, max(time.Since(returned), 0))
+		figures = append(figures, r.figures())
 	}
-	slices.Sort(delays)
-	return delays, nil
+	report(t, 14, fmt.Sprintf("per adapter mode (rueidis, rueidis without client-side caching, valkey-go, go-redis made by Dial and by New), a fresh holder client; another client's ForceUnlock, its Delete, a plain DEL of the lock hash from a fresh connection (as redis-cli's), and a Redisson forceUnlock (the Redisson model on its own connection), each sent as soon as Lock returned (the client's first hold is one) and to a hold %v old, %d times each; holder lease 30 s (next renewal 10 s away), %v without key watches", holdAge, noticeTrials, noWatchLease),
+		fmt.Sprintf("the old holder's Done closes within about one network delay of a ForceUnlock or Delete returning, on every mode; of a DEL or a Redisson forceUnlock, within about two network delays, or for a fresh hold once its watch is armed 50 ms into it; asserted: p99 (here the worst of %d) at most %v for each, except DEL and forceUnlock without key watches: at most the watchdog's tick (a third of the lease, %v) plus %v (before: at its next renewal, up to 10 s)", noticeTrials, noticeBound, noWatchLease/3, noticeBound),
+		"p50/p99 in ms to Done closing, of a fresh hold then of one "+holdAge.String()+" old: "+strings.Join(figures, "; "))
 }
 
-// listening takes and releases a hold of c, whose first hold starts the
-// listener on its own channel, and waits until the server has it
-// subscribed.
-func listening(t *testing.T, srv *redistest.Server, c *lock.Client) {
-	t.Helper()
-	m, err := c.NewMutex(lockName(t) + ":warm-up")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Lock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, 10*time.Second, "the client to listen on its channel", func() bool {
-		r, _ := srv.Do(t, "PUBSUB", "NUMSUB", "fairlock_client:"+c.ID()).([]any)
-		return len(r) == 2 && r[1] == int64(1)
-	})
-}
-
-// evictedTrials is how many holds each adapter has evicted by the server.
+// evictedTrials is how many holds each adapter mode has evicted by the
+// server.
 const evictedTrials = 20
 
 // TestEvictedHashNotice: what eviction does to a lock, on a server whose
@@ -135,110 +68,140 @@ const evictedTrials = 20
 // then lifts the limit. What must hold: the holder is told (Done closes,
 // ErrLockLost) within about two network delays - its client watches the
 // hash of each lock it holds and checks its hold when the server reports
-// the key gone; the waiter, whose queue entry went too, queues again at
-// its next heartbeat and gets the lock. Figures: from the evicting write
-// to the holder's Done and to the waiter's grant, p50 and p99, and how
-// often the waiter was granted before the holder's Done closed (the two
-// then worked at once: the risk WithEvictionRisk accepts).
+// the key gone - or, on a mode without key watches, at the watchdog's
+// next tick; the waiter, whose queue entry went too, queues again at its
+// next heartbeat and gets the lock. Figures: from the evicting write to
+// the holder's Done and to the waiter's grant, p50 and p99, and how often
+// the waiter was granted before the holder's Done closed (the two then
+// worked at once: the risk WithEvictionRisk accepts).
 func TestEvictedHashNotice(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
 	srv.Do(t, "CONFIG", "SET", "maxmemory", "1gb")
 	var figures []string
-	for _, a := range dialers(srv.Addr()) {
-		client := func(opts ...lock.Option) (*lock.Client, error) {
-			b, err := a.dial()
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := lock.NewClient(b, opts...)
-			if err != nil {
-				b.Close()
-				return nil, err
-			}
-			t.Cleanup(func() { c.Close() })
-			return c, nil
-		}
-		if _, err := client(); !errors.Is(err, lock.ErrEvictionPolicy) {
-			t.Fatalf("%s: NewClient on a volatile-ttl server: %v, want ErrEvictionPolicy", a.name, err)
-		}
-		hc, err := client(lock.WithEvictionRisk())
-		if err != nil {
-			t.Fatal(err)
-		}
-		wc, err := client(lock.WithEvictionRisk(), lock.WithWaiterTimeout(600*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := lockName(t) + ":" + a.name
-		holder, _ := hc.NewMutex(name)
-		waiter, _ := wc.NewMutex(name)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var told, granted []time.Duration
-		var oom atomic.Int64 // the waiter's attempts refused for memory
-		early := 0
-		for range evictedTrials {
-			h, err := holder.Lock(ctx)
-			if err != nil {
-				t.Fatalf("%s: %v", a.name, err)
-			}
-			got := make(chan time.Time, 1)
-			go func() {
-				// The waiter's attempt may meet the 1-byte limit itself
-				// (ErrOutOfMemory, not retried by the lock): as an
-				// application would, it tries again.
-				for try := 0; ; try++ {
-					_, err := waiter.Lock(ctx)
-					if errors.Is(err, lock.ErrOutOfMemory) && try < 10 {
-						oom.Add(1)
-						continue
-					}
-					if err != nil {
-						t.Errorf("%s: waiter: %v", a.name, err)
-					}
-					break
-				}
-				got <- time.Now()
-			}()
-			redistest.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
-				st, err := holder.Inspect(ctx, 1)
-				return err == nil && st.QueueLength == 1
-			})
-			time.Sleep(holdAge) // a hold of some age, as in TestEvictionNotice
-			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
-			srv.Do(t, "SET", "fault:evict", "x") // evicts every volatile key, then fails with OOM
-			evicted := time.Now()
-			srv.Do(t, "CONFIG", "SET", "maxmemory", "1gb")
-			var doneAt, grantAt time.Time
-			done, timeout := h.Done(), time.After(10*time.Second)
-			for doneAt.IsZero() || grantAt.IsZero() {
-				select {
-				case <-done:
-					doneAt, done = time.Now(), nil
-				case grantAt = <-got:
-				case <-timeout:
-					t.Fatalf("%s: 10s after the eviction: holder told %v, waiter granted %v", a.name, !doneAt.IsZero(), !grantAt.IsZero())
-				}
-			}
-			if !errors.Is(h.Err(), lock.ErrLockLost) {
-				t.Fatalf("%s: hold ended with %v, want ErrLockLost", a.name, h.Err())
-			}
-			if grantAt.Before(doneAt) {
-				early++
-			}
-			told = append(told, max(doneAt.Sub(evicted), 0))
-			granted = append(granted, max(grantAt.Sub(evicted), 0))
-			if err := waiter.Unlock(ctx); err != nil {
-				t.Fatalf("%s: waiter's Unlock: %v", a.name, err)
-			}
-		}
-		p := func(d []time.Duration) string {
-			return fmt.Sprintf("p50 %v p99 %v", percentile(d, 50).Round(time.Microsecond), percentile(d, 99).Round(time.Microsecond))
-		}
-		figures = append(figures, fmt.Sprintf("%s: holder told %s, waiter granted %s, granted before the holder was told %d of %d, waiter's Lock refused for memory (the 1-byte window) %d times", a.name, p(told), p(granted), early, evictedTrials, oom.Load()))
+	for _, m := range lossModes(t, srv.Addr()) {
+		figures = append(figures, evictedOn(t, srv, m))
 	}
-	report(t, 15, fmt.Sprintf("a server with maxmemory-policy volatile-ttl: NewClient without WithEvictionRisk; then, with it, a holder (30 s lease) and a waiter (600 ms waiter timeout), and every key with a TTL evicted (maxmemory 1 byte for one write), %d times per adapter", evictedTrials),
-		"NewClient refuses the server (ErrEvictionPolicy); with the risk accepted, the holder's Done closes within about two network delays of the eviction, with ErrLockLost, and the waiter queues again and gets the lock",
+	report(t, 15, fmt.Sprintf("a server with maxmemory-policy volatile-ttl: NewClient without WithEvictionRisk; then, with it, a holder (30 s lease; %v without key watches) and a waiter (600 ms waiter timeout), and every key with a TTL evicted (maxmemory 1 byte for one write) with the hold %v old, %d times per adapter mode (rueidis, rueidis without client-side caching, valkey-go, go-redis made by Dial and by New)", noWatchLease, holdAge, evictedTrials),
+		fmt.Sprintf("NewClient refuses the server (ErrEvictionPolicy); with the risk accepted, the holder's Done closes within about two network delays of the eviction, with ErrLockLost (asserted: p99 at most %v; without key watches at the watchdog's next tick, at most a third of the lease plus %v), and the waiter queues again and gets the lock", noticeBound, noticeBound),
 		strings.Join(figures, "; "))
+}
+
+// evictedOn runs the eviction trials on mode m and returns its figures;
+// it fails the test when the holder's p99 is past its bound.
+func evictedOn(t *testing.T, srv *redistest.Server, m lossMode) string {
+	client := func(opts ...lock.Option) (*lock.Client, error) {
+		b, err := m.dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := lock.NewClient(b, opts...)
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, nil
+	}
+	if _, err := client(); !errors.Is(err, lock.ErrEvictionPolicy) {
+		t.Fatalf("%s: NewClient on a volatile-ttl server: %v, want ErrEvictionPolicy", m.name, err)
+	}
+	hc, err := client(append(m.holderOpts(), lock.WithEvictionRisk())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client(lock.WithEvictionRisk(), lock.WithWaiterTimeout(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := lockName(t) + ":" + m.name
+	e := evictedRun{srv: srv, mode: m.name, holder: newMutex(t, hc, name), waiter: newMutex(t, wc, name)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for range evictedTrials {
+		e.trial(ctx, t)
+	}
+	if p99, bound := percentile(e.told, 99), m.bound(false); p99 > bound {
+		t.Errorf("%s: the holder told of the eviction at p99 %v, past its bound %v", m.name, p99, bound)
+	}
+	p := func(d []time.Duration) string {
+		return fmt.Sprintf("p50 %v p99 %v", percentile(d, 50).Round(time.Microsecond), percentile(d, 99).Round(time.Microsecond))
+	}
+	return fmt.Sprintf("%s%s: holder told %s, waiter granted %s, granted before the holder was told %d of %d, waiter's Lock refused for memory (the 1-byte window) %d times", m.name, m.leaseNote(), p(e.told), p(e.granted), e.early, evictedTrials, e.oom.Load())
+}
+
+// evictedRun is one adapter mode's eviction trials: a holder and a
+// waiter on one lock, and what was measured.
+type evictedRun struct {
+	srv            *redistest.Server
+	mode           string
+	holder, waiter *lock.Mutex
+
+	told, granted []time.Duration // from the eviction
+	early         int             // the waiter granted before the holder was told
+	oom           atomic.Int64    // the waiter's attempts refused for memory
+}
+
+// trial holds the lock with a waiter queued, evicts every key with a TTL
+// holdAge into the hold, and waits for the holder's Done and the waiter's
+// grant.
+func (e *evictedRun) trial(ctx context.Context, t *testing.T) {
+	h, err := e.holder.Lock(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v", e.mode, err)
+	}
+	got := e.lockWaiter(ctx, t)
+	redistest.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
+		st, err := e.holder.Inspect(ctx, 1)
+		return err == nil && st.QueueLength == 1
+	})
+	time.Sleep(holdAge) // a hold of some age, as in TestEvictionNotice
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	e.srv.Do(t, "SET", "fault:evict", "x") // evicts every volatile key, then fails with OOM
+	evicted := time.Now()
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory", "1gb")
+	var doneAt, grantAt time.Time
+	done, timeout := h.Done(), time.After(10*time.Second)
+	for doneAt.IsZero() || grantAt.IsZero() {
+		select {
+		case <-done:
+			doneAt, done = time.Now(), nil
+		case grantAt = <-got:
+		case <-timeout:
+			t.Fatalf("%s: 10s after the eviction: holder told %v, waiter granted %v", e.mode, !doneAt.IsZero(), !grantAt.IsZero())
+		}
+	}
+	if !errors.Is(h.Err(), lock.ErrLockLost) {
+		t.Fatalf("%s: hold ended with %v, want ErrLockLost", e.mode, h.Err())
+	}
+	if grantAt.Before(doneAt) {
+		e.early++
+	}
+	e.told = append(e.told, max(doneAt.Sub(evicted), 0))
+	e.granted = append(e.granted, max(grantAt.Sub(evicted), 0))
+	if err := e.waiter.Unlock(ctx); err != nil {
+		t.Fatalf("%s: waiter's Unlock: %v", e.mode, err)
+	}
+}
+
+// lockWaiter starts the waiter's Lock and returns when it was granted.
+// The waiter's attempt may meet the 1-byte limit itself (ErrOutOfMemory,
+// not retried by the lock): as an application would, it tries again.
+func (e *evictedRun) lockWaiter(ctx context.Context, t *testing.T) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		for try := 0; ; try++ {
+			_, err := e.waiter.Lock(ctx)
+			if errors.Is(err, lock.ErrOutOfMemory) && try < 10 {
+				e.oom.Add(1)
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s: waiter: %v", e.mode, err)
+			}
+			break
+		}
+		got <- time.Now()
+	}()
+	return got
 }
