@@ -46,7 +46,7 @@ func serverCalls(t testing.TB, srv *redistest.Server) int64 {
 
 // awaitHoldingQuiet waits until client c, which holds a lock, has
 // subscribed to its reconnect channel and watches the held hash (X16: the
-// watch starts 50 ms into the hold, with CLIENT CACHING and EXISTS): the
+// watch starts 30 ms into the hold, with CLIENT CACHING and EXISTS): the
 // commands of either would otherwise count as reads. tracked is
 // trackedItems before the hold.
 func awaitHoldingQuiet(t *testing.T, srv *redistest.Server, c *lock.Client, tracked int64) {

@@ -20,11 +20,11 @@ import (
 //
 // There is one watch per held hash, however many of the client's owners
 // hold it (re-entries, shared owners), in one goroutine that lives while
-// the hash is held. It starts armDelay (50 ms) after the first hold, so a
+// the hash is held. It starts armDelay (30 ms) after the first hold, so a
 // short hold (most Lock+Unlock pairs, contended or not) sends nothing and
 // starts no goroutine; each arming (the first included) is followed by a
 // check of the holds, so a change before the watch was armed - the hash
-// deleted and taken by someone else in the hold's first 50 ms - is seen
+// deleted and taken by someone else in the hold's first 30 ms - is seen
 // too, and a check the server did not answer is made again after a
 // back-off. The client's own writes (renewals,
 // re-entries, hand-overs) fire it too, and cost one check each. Without a
@@ -57,12 +57,15 @@ type hashWatch struct {
 	stop  chan struct{}
 }
 
-// armDelay is how long a hold lasts before its hash is watched. Watching
-// every hold from 5 ms on cost the many-locks benchmark (64 goroutines over
-// 1,024 names) about 60% on its Lock p99 (the watches share the
-// subscription connection with the waiters' SUBSCRIBEs); from 50 ms on it
-// costs within the run's noise.
-const armDelay = 50 * time.Millisecond
+// armDelay is how long a hold lasts before its hash is watched: the
+// latest a change nothing publishes (a DEL by hand, an eviction, a
+// Redisson forceUnlock) is seen, plus an arming and a check - under 50 ms
+// (X16). Watching every hold from 5 ms on cost the many-locks benchmark
+// (64 goroutines over 1,024 names) about 60% on its Lock p99 (the watches
+// share the subscription connection with the waiters' SUBSCRIBEs); from
+// 50 ms on it cost within the run's noise, from 30 ms on too
+// (BENCHMARKS.md).
+const armDelay = 30 * time.Millisecond
 
 func startHashWatches(c *Client) *hashWatches {
 	w := &hashWatches{c: c, byHash: make(map[string]hashWatch)}
