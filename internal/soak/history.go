@@ -171,6 +171,15 @@ const (
 	FaultReset     FaultKind = "reset"
 	FaultPause     FaultKind = "pause"
 	FaultRestart   FaultKind = "restart"
+
+	// Cluster faults (RunCluster), all with Target "server": a shared
+	// lock's slot moved to another primary; a primary killed, its replica
+	// promoted and the old node rejoined as a replica; a replica that
+	// took over though no one asked (its primary seemed down to the
+	// others), seen between two looks at the cluster.
+	FaultMigrate  FaultKind = "migrate"
+	FaultFailover FaultKind = "failover"
+	FaultUnasked  FaultKind = "unasked-failover"
 )
 
 // Fault is one fault, on one client's connection or (Target "server")

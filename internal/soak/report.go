@@ -59,6 +59,9 @@ func renderReport(res Result, d time.Duration) string {
 	}
 	b.WriteString("| histories | operations | faults | violations |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| 1 | %d | %d (%s) | %s |\n\n", res.Ops, total, strings.Join(kinds, ", "), violations)
+	if res.Exceptions != nil {
+		fmt.Fprintf(&b, "Documented exceptions, not violations (a failover without replica acks, RULES.md X9): %s.\n\n", countByCheck(res.Exceptions))
+	}
 	b.WriteString("Loss notices, from the call that ended a hold returning to the holder's Done closing:\n\n")
 	b.WriteString("| ended by | adapter | watches keys | notices | p50 | p99 | max |\n|---|---|---|---|---|---|---|\n")
 	type key struct {

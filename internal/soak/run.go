@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
@@ -39,6 +40,11 @@ type Result struct {
 	Report  Report
 	Ops     int
 	Faults  map[FaultKind]int
+	// Exceptions are what the checkers found that RELIABILITY.md says a
+	// failover without replica acks may do (RULES.md X9): counted apart
+	// from Report.Violations, never among them. nil in a standalone run,
+	// which has no failovers.
+	Exceptions []Violation
 }
 
 // names: three locks shared by every client and Java; one private lock
@@ -55,79 +61,30 @@ func privateNames(i int) []string {
 // must be called from the test's goroutine (the nemesis drives the
 // server from there).
 func Run(t *testing.T, cfg Config) Result {
-	if cfg.Lease == 0 {
-		cfg.Lease = 15 * time.Second
-	}
-	if cfg.Adapters == nil {
-		cfg.Adapters = Adapters
-	}
+	cfg = cfg.withDefaults()
 	srv := redistest.Start(t, redistest.WithAOF())
-	h := NewHistory(cfg.Seed)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer admin.Close()
 
-	rec := &recorder{h: h}
-	var clients []*goClient
+	w := newWorkload(cfg)
 	proxies := map[string]*redistest.Proxy{}
 	for i, a := range cfg.Adapters {
 		p := redistest.StartProxy(t, srv.Addr())
-		c := &goClient{label: label(a, i), adapter: a, addr: p.Addr(), rec: rec,
-			opts: []lock.Option{lock.WithLease(cfg.Lease)}}
-		if err := c.open(); err != nil {
-			t.Fatalf("soak: client %s: %v", c.label, err)
-		}
+		c := w.addClient(t, a, label(a, i), p.Addr(), nil)
 		proxies[c.label] = p
-		clients = append(clients, c)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	loop := func(step func(context.Context)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				step(ctx)
-			}
-		}()
-	}
-	var owners []*goOwner
-	for i, c := range clients {
-		names := append(append([]string{}, sharedNames...), privateNames(i)...)
-		for k, name := range names {
-			o := &goOwner{id: int64(100 + k), name: name, c: c, h: h, lease: cfg.Lease,
-				rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
-			owners = append(owners, o)
-			loop(o.step)
-		}
-	}
-	var javas []*javaOwner
+	w.startOwners()
 	if !cfg.NoJava {
 		jp := redistest.StartProxy(t, srv.Addr())
 		proxies["java"] = jp
-		for i := range 2 {
-			jb, err := Adapters[0].Dial(jp.Addr())
-			if err != nil {
-				t.Fatalf("soak: java backend: %v", err)
-			}
-			defer jb.Close()
-			jc, err := redisson.New(jb.(redisson.Backend), false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, name := range sharedNames {
-				j := &javaOwner{l: jc.Lock(name, int64(k+1)), name: name, h: h,
-					rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(1000+i*16+k)))}
-				javas = append(javas, j)
-				loop(j.step)
-			}
-		}
+		w.startJavas(t, func() (backend.Backend, error) { return Adapters[0].Dial(jp.Addr()) }, false)
 	}
-	ad := &adminActor{h: h, clients: clients, raw: admin, rnd: rand.New(rand.NewPCG(cfg.Seed, 7)), javas: javas}
-	loop(ad.step)
+	defer w.closeJavas()
+	w.startAdmin(admin)
 
-	stalls := watchStalls(h)
+	stalls := watchStalls(w.h)
 	defer stalls()
-	nm := &nemesis{t: t, h: h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+	nm := &nemesis{t: t, h: w.h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	end := time.Now().Add(cfg.Duration)
 	for time.Now().Before(end) {
 		if cfg.NoFaults {
@@ -136,13 +93,135 @@ func Run(t *testing.T, cfg Config) Result {
 		}
 		nm.step(time.Until(end))
 	}
-	stop()
-	wg.Wait()
-	quiesce(h, owners, clients)
-	res := Result{History: h, Bounds: DefaultBounds(cfg.Lease), Faults: nm.count}
-	res.Report = Check(h, res.Bounds)
-	res.Report.Violations = append(res.Report.Violations, leftovers(t, admin, h, clients)...)
-	res.Ops = len(h.Ops())
+	w.finish()
+	return w.result(t, admin, nm.count)
+}
+
+// withDefaults fills in the zero fields of cfg.
+func (cfg Config) withDefaults() Config {
+	if cfg.Lease == 0 {
+		cfg.Lease = 15 * time.Second
+	}
+	if cfg.Adapters == nil {
+		cfg.Adapters = Adapters
+	}
+	return cfg
+}
+
+// workload is a run's history and actors - the Go clients and their
+// owners, the Redisson-model owners, the admin - each actor looping on
+// its own goroutine until finish stops and waits for them.
+type workload struct {
+	cfg     Config
+	h       *History
+	rec     *recorder
+	clients []*goClient
+	owners  []*goOwner
+	javas   []*javaOwner
+	jbs     []backend.Backend // the Java owners' backends, closed by closeJavas
+
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// newWorkload starts a history for cfg; no actor runs yet.
+func newWorkload(cfg Config) *workload {
+	h := NewHistory(cfg.Seed)
+	w := &workload{cfg: cfg, h: h, rec: &recorder{h: h}}
+	w.ctx, w.stop = context.WithCancel(context.Background())
+	return w
+}
+
+// loop runs step on a new goroutine until the workload stops.
+func (w *workload) loop(step func(context.Context)) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for w.ctx.Err() == nil {
+			step(w.ctx)
+		}
+	}()
+}
+
+// addClient opens a Go client of adapter a at addr, with the run's lease
+// and extra options.
+func (w *workload) addClient(t *testing.T, a Adapter, lbl, addr string, extra []lock.Option) *goClient {
+	opts := append([]lock.Option{lock.WithLease(w.cfg.Lease)}, extra...)
+	c := &goClient{label: lbl, adapter: a, addr: addr, rec: w.rec, opts: opts}
+	if err := c.open(); err != nil {
+		t.Fatalf("soak: client %s: %v", c.label, err)
+	}
+	w.clients = append(w.clients, c)
+	return c
+}
+
+// startOwners starts, on every client, an owner of each shared lock and
+// of each of the client's private locks.
+func (w *workload) startOwners() {
+	for i, c := range w.clients {
+		names := append(append([]string{}, sharedNames...), privateNames(i)...)
+		for k, name := range names {
+			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease,
+				rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
+			w.owners = append(w.owners, o)
+			w.loop(o.step)
+		}
+	}
+}
+
+// startJavas starts two Redisson-model clients, each on a backend dial
+// opens, with a thread on each shared lock; sharded makes them wake
+// waiters with SPUBLISH, as Redisson does on a cluster.
+func (w *workload) startJavas(t *testing.T, dial func() (backend.Backend, error), sharded bool) {
+	for i := range 2 {
+		jb, err := dial()
+		if err != nil {
+			t.Fatalf("soak: java backend: %v", err)
+		}
+		w.jbs = append(w.jbs, jb)
+		jc, err := redisson.New(jb.(redisson.Backend), sharded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, name := range sharedNames {
+			j := &javaOwner{l: jc.Lock(name, int64(k+1)), name: name, h: w.h,
+				rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(1000+i*16+k)))}
+			w.javas = append(w.javas, j)
+			w.loop(j.step)
+		}
+	}
+}
+
+// closeJavas closes the Java owners' backends.
+func (w *workload) closeJavas() {
+	for i := len(w.jbs) - 1; i >= 0; i-- {
+		w.jbs[i].Close()
+	}
+}
+
+// startAdmin starts the admin, which DELs lock hashes by hand through
+// raw.
+func (w *workload) startAdmin(raw redis.UniversalClient) {
+	ad := &adminActor{h: w.h, clients: w.clients, raw: raw, rnd: rand.New(rand.NewPCG(w.cfg.Seed, 7)), javas: w.javas}
+	w.loop(ad.step)
+}
+
+// finish stops the actors, waits for them, then releases every hold
+// and closes every client (quiesce).
+func (w *workload) finish() {
+	w.stop()
+	w.wg.Wait()
+	quiesce(w.h, w.owners, w.clients)
+}
+
+// result checks the finished workload's history, and what the server
+// (read through raw) has left at quiescence.
+func (w *workload) result(t *testing.T, raw redis.UniversalClient, faults map[FaultKind]int) Result {
+	res := Result{History: w.h, Bounds: DefaultBounds(w.cfg.Lease), Faults: faults}
+	res.Report = Check(w.h, res.Bounds)
+	res.Report.Violations = append(res.Report.Violations, leftovers(t, raw, w.h, w.clients)...)
+	res.Ops = len(w.h.Ops())
 	return res
 }
 
@@ -219,7 +298,7 @@ func closeClient(h *History, c *goClient, reopen bool) {
 type adminActor struct {
 	h       *History
 	clients []*goClient
-	raw     *redis.Client
+	raw     redis.UniversalClient // a DEL by hand goes through it
 	rnd     *rand.Rand
 	javas   []*javaOwner
 	n       int64
@@ -386,11 +465,11 @@ func (n *nemesis) step(left time.Duration) {
 // unless the owner's last acquire on that lock ran into a fault (the
 // cleanup is best effort, bounded by 2 s, and an attempt in flight is
 // awaited up to 5 s).
-func leftovers(t *testing.T, raw *redis.Client, h *History, clients []*goClient) []Violation {
+func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*goClient) []Violation {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []Violation
-	keys, err := raw.Keys(ctx, "*").Result()
+	keys, err := allKeys(ctx, raw)
 	if err != nil {
 		return []Violation{{Check: "leftovers", At: h.Now(), Text: "KEYS: " + err.Error()}}
 	}
@@ -448,7 +527,7 @@ func lastAcquires(ops []*Op) map[string]*Op {
 // liveWaiters returns the owners in lock name's queue (RULES.md,
 // Keyspace) or liveness zset that are not marked as left behind (a
 // liveness deadline of 0).
-func liveWaiters(ctx context.Context, raw *redis.Client, name string) []string {
+func liveWaiters(ctx context.Context, raw redis.UniversalClient, name string) []string {
 	queue, _ := raw.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
 	alive, _ := raw.ZRangeWithScores(ctx, "fairlock_lock_alive:{"+name+"}", 0, -1).Result()
 	left := map[string]bool{}

@@ -17,6 +17,7 @@ var (
 	out     = flag.String("soak.out", "", "directory for violation reports (default: a temporary one)")
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
+	cluster = flag.Bool("soak.cluster", false, "TestSoak: run on a Redis Cluster (3 primaries, a replica each) under cluster faults (RunCluster; scripts/soak.sh --cluster)")
 )
 
 // TestSoak runs the soak when -soak.seconds is set (scripts/soak.sh). It
@@ -31,8 +32,12 @@ func TestSoak(t *testing.T) {
 	if s == 0 {
 		s = uint64(time.Now().UnixNano())
 	}
-	t.Logf("soak: seed %d, %d s; replay: bash scripts/soak.sh --seed %d --seconds %d", s, *seconds, s, *seconds)
-	res := Run(t, Config{Seed: s, Duration: time.Duration(*seconds) * time.Second})
+	run, mode := Run, ""
+	if *cluster {
+		run, mode = RunCluster, " --cluster"
+	}
+	t.Logf("soak: seed %d, %d s; replay: bash scripts/soak.sh%s --seed %d --seconds %d", s, *seconds, mode, s, *seconds)
+	res := run(t, Config{Seed: s, Duration: time.Duration(*seconds) * time.Second})
 	faults := 0
 	var kinds []string
 	for k, n := range res.Faults {
@@ -52,6 +57,7 @@ func TestSoak(t *testing.T) {
 	if dir == "" && len(res.Report.Violations) > 0 {
 		dir = t.TempDir()
 	}
+	logExceptions(t, res.History, res.Exceptions, dir)
 	if dir != "" {
 		hpath := filepath.Join(dir, fmt.Sprintf("history-%d.json.gz", s))
 		if err := res.History.Save(hpath, res.Bounds); err != nil {
@@ -79,7 +85,7 @@ func TestSoak(t *testing.T) {
 			}
 			t.Errorf("violation: %v", v)
 		}
-		t.Errorf("seed %d; replay: bash scripts/soak.sh --seed %d --seconds %d; shrunk histories in %s", s, s, *seconds, path)
+		t.Errorf("seed %d; replay: bash scripts/soak.sh%s --seed %d --seconds %d; shrunk histories in %s", s, mode, s, *seconds, path)
 		fmt.Print(Slice(res.History, res.Report.Violations[0]))
 	}
 	if *report != "" {
