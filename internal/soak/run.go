@@ -343,6 +343,8 @@ func (a *adminActor) step(ctx context.Context) {
 		a.h.Add(op)
 	case r < 17:
 		closeClient(a.h, c, true)
+	case r < 19:
+		a.endYoung(ctx)
 	}
 }
 

@@ -89,7 +89,7 @@ func TestSoak(t *testing.T) {
 		fmt.Print(Slice(res.History, res.Report.Violations[0]))
 	}
 	if *report != "" {
-		if err := WriteReport(*report, res, time.Duration(*seconds)*time.Second); err != nil {
+		if err := WriteReport(*report, res, time.Duration(*seconds)*time.Second, *cluster); err != nil {
 			t.Errorf("report: %v", err)
 		}
 	}
