@@ -18,9 +18,9 @@ import (
 // ForceUnlock. Live waiters keep their places.
 //
 // It checks name as NewMutex does (ErrInvalidName), needs no hold, and
-// sends one script; a connection error is returned, not retried (running
-// it again is safe). It is an administrator's tool: locks in use drop a
-// dead head by themselves within the waiter timeout.
+// sends one script; a connection error is returned marked ErrUnavailable,
+// not retried (running it again is safe). It is an administrator's tool:
+// locks in use drop a dead head by themselves within the waiter timeout.
 func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 	if ctx == nil {
 		return 0, pruneErr(name, fmt.Errorf("%w: nil context", ErrInvalidArgument))
@@ -39,7 +39,7 @@ func (c *Client) PruneWaiters(ctx context.Context, name string) (int, error) {
 	call := wire.Prune{Wake: m.wake()}.Call(c.scripts, m.keys)
 	rep, err := c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {
-		return 0, pruneErr(name, err)
+		return 0, pruneErr(name, unavailable(err))
 	}
 	n, err := wire.DecodeCount(call, rep)
 	if err != nil {

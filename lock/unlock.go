@@ -153,7 +153,8 @@ func (m *Mutex) release(ctx context.Context, view wire.View, lease time.Duration
 // which a fairlock waiter takes at once. A fairlock holder is told within
 // about one network delay: its Hold ends with ErrLockLost. It reports
 // whether a holder was removed. Anyone who can run the scripts can
-// force-unlock.
+// force-unlock. It makes one attempt: a connection error comes back
+// marked ErrUnavailable, and the caller may try again.
 func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
@@ -171,7 +172,8 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 // waiters queue again at their next heartbeat. A fairlock holder is told
 // within about one network delay: its Hold ends with ErrLockLost. The
 // fencing counter is kept so tokens never go backwards. It reports
-// whether anything existed.
+// whether anything existed. Like ForceUnlock, it makes one attempt; a
+// connection error comes back marked ErrUnavailable.
 func (m *Mutex) Delete(ctx context.Context) (bool, error) {
 	if err := m.checkCall(ctx); err != nil {
 		return false, err
@@ -198,7 +200,7 @@ func (m *Mutex) evict(ctx context.Context, req wire.Evict, how string) (int, err
 	call := req.Call(m.c.scripts, m.keys)
 	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
 	if err != nil {
-		return 0, m.errorf(err)
+		return 0, m.errorf(unavailable(err))
 	}
 	n, err := wire.DecodeCount(call, rep)
 	if err != nil {
