@@ -29,8 +29,14 @@ const (
 	attemptGrain   = 500 * time.Millisecond
 )
 
+// errOwnerWaits is why an acquire call whose context ended before it could
+// send anything could not tell whether the lock is busy.
+var errOwnerWaits = errors.New("another call of this owner is still waiting for the server's reply")
+
 // attempt runs acquire.lua through the owner's gate and applies its
-// reply: a hold (grant), or the owner queued. A transient error leaves
+// reply: a hold (grant), or the owner queued. A call whose deadline
+// passes before it enters the gate - another call of the owner holds it,
+// waiting for the server - fails with ErrUnavailable (errOwnerWaits). A transient error leaves
 // the outcome unknown: the same request (same view, so it cannot apply
 // twice) is sent again after a back-off until the caller's context ends
 // (X14), and then undone; a wake-up that arrives meanwhile ends the
@@ -38,7 +44,17 @@ const (
 // lock hash for the owner's next attempt). A single attempt does not
 // retry.
 func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err error) {
+	entered := false
+	defer func() {
+		if err != nil && !entered && !errors.Is(err, context.Canceled) {
+			// ctx's deadline passed while another call of the owner held
+			// the gate, waiting for the server: this call sent nothing and
+			// cannot tell whether the lock is busy.
+			err = joinLine(err, ErrUnavailable, errOwnerWaits)
+		}
+	}()
 	err = w.o.withGate(ctx, func() error {
+		entered = true
 		var sent time.Time
 		var err error
 		if r, sent, err = w.send(ctx); err != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -129,6 +131,22 @@ func (b slowDownBackend) Eval(ctx context.Context, _ *backend.Script, _, _ []str
 	}
 }
 
+// sendingBackend is a slowDownBackend that closes sent when the first
+// request naming key goes out.
+type sendingBackend struct {
+	slowDownBackend
+	key  string
+	once sync.Once
+	sent chan struct{}
+}
+
+func (b *sendingBackend) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if slices.Contains(keys, b.key) {
+		b.once.Do(func() { close(b.sent) })
+	}
+	return b.slowDownBackend.Eval(ctx, s, keys, args)
+}
+
 // slowMutex is a Mutex on a client whose every request times out after
 // delay; the test's end closes the client (which waits for its calls).
 func slowMutex(t *testing.T, delay time.Duration) *lock.Mutex {
@@ -158,6 +176,42 @@ func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
 	}
 	if took := time.Since(start); took >= time.Second {
 		t.Errorf("TryLock returned after %v, past its 50ms wait and near the attempt's timeout (1.5s)", took)
+	}
+}
+
+// TestTryLock_BehindItsOwnersUnansweredAttempt_NotBusy: while one call of
+// an owner waits for a server that does not answer (its attempt holds the
+// owner's gate), another call of the same owner whose wait runs out
+// before it could send anything cannot tell whether the lock is busy: it
+// says ErrUnavailable, not ErrNotAcquired. (The soak, seed 62295879652207: an
+// owner's TryLocks during a partition said "not acquired", and the
+// checker took that for a clean exit from the queue.)
+func TestTryLock_BehindItsOwnersUnansweredAttempt_NotBusy(t *testing.T) {
+	sent := make(chan struct{})
+	b := &sendingBackend{slowDownBackend: slowDownBackend{delay: 1500 * time.Millisecond}, sent: sent, key: "orders"}
+	c, err := lock.NewClient(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	m, err := c.NewMutex("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := m.Lock(ctx)
+		first <- err
+	}()
+	<-sent // the Lock's attempt is in flight, in the owner's gate
+	_, err = m.TryLock(context.Background(), 100*time.Millisecond)
+	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryLock behind the owner's unanswered attempt = %v, want ErrUnavailable, not ErrNotAcquired", err)
+	}
+	if err := <-first; err == nil {
+		t.Errorf("the Lock on a server that does not answer succeeded")
 	}
 }
 
