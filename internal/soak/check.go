@@ -142,6 +142,12 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b 
 	for _, h := range holds {
 		byLock[h.Lock] = append(byLock[h.Lock], h)
 	}
+	granted := map[*Hold]*Op{}
+	for _, a := range ops {
+		if a.Kind.acquire() && a.Hold != nil && a.New {
+			granted[a.Hold] = a
+		}
+	}
 	for _, a := range ops {
 		if !a.Kind.acquire() || a.Hold == nil || !a.New {
 			continue
@@ -153,7 +159,14 @@ func checkExclusion(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b 
 			if h == a.Hold || h.Owner == a.Owner {
 				continue
 			}
-			if v, bad := overlap(ops, faults, stalls, b, a, h); bad {
+			// Two Go holds whose replies came in the other order than
+			// their tokens: a was granted first, and h's grant is the
+			// later one - a's holder must be told of h in time.
+			newer, older := a, h
+			if g := granted[h]; g != nil && !a.Java && !h.Java && a.Hold.Token < h.Token {
+				newer, older = g, a.Hold
+			}
+			if v, bad := overlap(ops, faults, stalls, b, newer, older); bad {
 				out = append(out, v)
 			}
 		}
@@ -177,7 +190,7 @@ func overlap(ops []*Op, faults []Fault, stalls []Stall, b Bounds, a *Op, h *Hold
 	if h.Watches {
 		bound = b.Notice
 	}
-	if done > 0 && done <= a.Return+bound+2*lateDuring(stalls, a.Return-stallNear, done+stallNear) {
+	if done > 0 && done <= a.Return+bound+lateness(stalls, a.Return-stallNear, done+stallNear) {
 		return Violation{}, false // told in time, or as late as the process ran
 	}
 	if a.Java && javaEndedBefore(ops, a, h.Acquired) || unreachableEnd(ops, faults, h, a.Return) {
@@ -302,7 +315,7 @@ func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (
 	if faultDuring(faults, h.Client, from, deadline, 0) {
 		return Violation{}, nil, false
 	}
-	if done > deadline && done <= deadline+2*lateDuring(stalls, e.Return-stallNear, done+stallNear) {
+	if done > deadline && done <= deadline+lateness(stalls, e.Return-stallNear, done+stallNear) {
 		return Violation{}, nil, false // as late as the process itself ran then
 	}
 	if done == 0 || done > deadline {
@@ -386,7 +399,7 @@ func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 		// context's, then the grace's): each may fire as late as the
 		// process ran then.
 		over := took - limit - b.Return
-		late := 2 * lateDuring(stalls, op.Call+limit-stallNear, op.Return+stallNear)
+		late := lateness(stalls, op.Call+limit-stallNear, op.Return+stallNear)
 		if late >= over {
 			continue // the process itself ran that late then
 		}
@@ -399,9 +412,7 @@ func checkReturns(ops []*Op, stalls []Stall, b Bounds) []Violation {
 	return out
 }
 
-// lateDuring is the longest stall that overlapped [from, to]: its late
-// timer fired after from, and was due before to.
-// maxStall bounds the stalls lateDuring looks for past to.
+// maxStall bounds the stalls lateness looks for past to.
 const maxStall = 10 * time.Second
 
 // stallNear widens the stretch of a call's return in which a stall
@@ -409,15 +420,21 @@ const maxStall = 10 * time.Second
 // then.
 const stallNear = 100 * time.Millisecond
 
-func lateDuring(stalls []Stall, from, to time.Duration) time.Duration {
+// lateness is how much later than its bound the process itself may have
+// made something that ran over [from, to]: twice the longest stall then
+// (a way back waits on two timers, each of which may fire that late), or
+// all the stalls together when the process was overloaded and they
+// compounded.
+func lateness(stalls []Stall, from, to time.Duration) time.Duration {
+	longest, total := time.Duration(0), time.Duration(0)
 	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].At >= from })
-	var late time.Duration
 	for ; i < len(stalls) && stalls[i].At <= to+maxStall; i++ {
 		if stalls[i].At-stalls[i].Late <= to {
-			late = max(late, stalls[i].Late)
+			longest = max(longest, stalls[i].Late)
+			total += stalls[i].Late
 		}
 	}
-	return late
+	return max(2*longest, total)
 }
 
 // checkFIFO: a live Go waiter is not overtaken by an owner whose acquire
@@ -552,8 +569,8 @@ func queuedSince(ops []*Op, a *Op) time.Duration {
 	since := a.Call
 	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
-		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() {
-			continue
+		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
+			continue // a TryLock(0) neither queues nor leaves: it ends nothing
 		}
 		if p.Err == "" || p.NotAcq {
 			break // held, or gave up cleanly
@@ -625,7 +642,7 @@ func heldTill(h *Hold, enders []*Op) time.Duration {
 // the Go waiters that waited through it.
 func freeGap(waiters []*Op, faults []Fault, stalls []Stall, b Bounds, l string, from time.Duration, next *Hold) (Violation, bool) {
 	gap := next.Acquired - from
-	if gap <= b.Free+lateDuring(stalls, from, next.Acquired) {
+	if gap <= b.Free+lateness(stalls, from, next.Acquired) {
 		return Violation{}, false
 	}
 	var w *Op

@@ -56,6 +56,23 @@ func TestCheckExclusion(t *testing.T) {
 	if got := checks(h)["exclusion"]; got != 1 {
 		t.Errorf("a holder never told: %d exclusion violations, want 1", got)
 	}
+
+	// Replies in the other order than the tokens: a (token 1) was granted
+	// first and ended (force-unlocked) before b (token 2) was granted; b's
+	// reply came first. a's holder heard 50 ms after b's grant: fine. Never
+	// told, it would be the violation - not b's for "a held".
+	for _, c := range []struct {
+		aDone time.Duration
+		want  int
+	}{{150 * msec, 0}, {0, 1}} {
+		h := NewHistory(1)
+		acquire(h, hold("L", "b", 2, 100*msec, 400*msec), 20*msec)
+		acquire(h, hold("L", "a", 1, 101*msec, c.aDone), 10*msec)
+		h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Call: 30 * msec, Return: 40 * msec, Released: true})
+		if got := checks(h)["exclusion"]; got != c.want {
+			t.Errorf("replies out of token order, a told at %v: %d exclusion violations, want %d", c.aDone, got, c.want)
+		}
+	}
 }
 
 func TestCheckNotices(t *testing.T) {
@@ -231,6 +248,18 @@ func TestCheckFIFO(t *testing.T) {
 		if got := checks(h)["fifo"]; got != c.want {
 			t.Errorf("%s: %d FIFO violations, want %d", c.name, got, c.want)
 		}
+	}
+
+	// y's Lock gave up (a server restart: its entry stayed, its cleanup
+	// failed), a TryLock(0) of y's said "busy" (it neither queues nor
+	// leaves), then y's next Lock took the place y had kept, ahead of w.
+	h = NewHistory(1)
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "y", Client: "cy", Call: 10 * msec, Queued: 11 * msec, Return: 100 * msec, Err: "context deadline exceeded", Canceled: true})
+	h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "y", Client: "cy", Call: 110 * msec, Return: 111 * msec, Err: "not acquired", NotAcq: true})
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 120 * msec, Queued: 121 * msec, Return: 500 * msec})
+	acquire(h, hold("L", "y", 7, 201*msec, 300*msec), 200*msec)
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("an owner back in the place it kept, past a TryLock(0): %d FIFO violations, want 0", got)
 	}
 }
 
