@@ -186,6 +186,16 @@ func TestCheckReturns(t *testing.T) {
 			t.Errorf("with %+v: %d return violations, want %d", c.st, got, c.want)
 		}
 	}
+	// Overloaded: ten stalls of 40 ms in the stretch (twice the longest is
+	// 80 ms, all of them 400 ms) compound, and excuse the 350 ms.
+	hs := NewHistory(1)
+	hs.Add(&Op{Kind: KindLock, Lock: "L", Call: 0, Return: 1650 * msec, Limit: time.Second})
+	for i := range 10 {
+		hs.AddStall(Stall{At: 1000*msec + time.Duration(i)*60*msec, Late: 40 * msec})
+	}
+	if got := checks(hs)["returns"]; got != 0 {
+		t.Errorf("overloaded: %d return violations, want 0", got)
+	}
 }
 
 func TestCheckFIFO(t *testing.T) {
