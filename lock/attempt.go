@@ -134,7 +134,9 @@ func (w *waiter) grant(ctx context.Context, r wire.AcquireReply, sent time.Time)
 	case errors.Is(err, errEndedReentry):
 		// The client has told the hold's holders it is over and renews
 		// it no more (X13): every count of it goes back.
-		w.m.giveBackAll(ctx, wire.View{Token: r.Token, Count: r.Count}, w.lease)
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		w.m.giveBackAll(cctx, wire.View{Token: r.Token, Count: r.Count}, w.lease)
 		return nil, err
 	case err != nil:
 		w.undo(ctx, wire.View{})

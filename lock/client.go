@@ -310,6 +310,17 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(withoutCancel(ctx), cleanupTimeout)
 }
 
+// graceContext is cleanupContext, ended cleanupGrace after ctx's deadline
+// when that comes sooner: cleanup inside a call that must return by its
+// deadline (X5).
+func graceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := cleanupTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)+cleanupGrace)
+	}
+	return context.WithTimeout(withoutCancel(ctx), d)
+}
+
 // withoutCancel is context.WithoutCancel, but returns ctx itself when it
 // has no cancellation or deadline to drop (Background, TODO, values on
 // them), which saves an allocation.

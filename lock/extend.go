@@ -80,8 +80,12 @@ func (m *Mutex) extend(ctx context.Context, o *owner, h *Hold, lease time.Durati
 		return err
 	}
 	// h ended (its deadline passed) while the request was in flight: the
-	// server may have extended a hold the client no longer counts.
-	m.giveBackAll(ctx, view, call.HoldLease)
+	// server may have extended a hold the client no longer counts. Given
+	// back by ctx's deadline (plus cleanupGrace), so Extend returns by it
+	// too; what is not given back frees itself within lease.
+	gctx, cancel := graceContext(ctx)
+	defer cancel()
+	m.giveBackAll(gctx, view, call.HoldLease)
 	if err != nil {
 		return joinLine(h.Err(), err)
 	}
@@ -111,13 +115,12 @@ func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.
 }
 
 // giveBackAll releases, one count at a time, the hold view describes - a
-// hold the client has ended - bounded by cleanupTimeout. It stops at the
+// hold the client has ended - bounded by ctx (the caller's cleanup
+// context: cleanupContext or graceContext). It stops at the
 // first error or when the server no longer has the hold; the hold frees
 // itself within its lease then anyway. It runs in the owner's gate (a
 // grant, Extend).
 func (m *Mutex) giveBackAll(ctx context.Context, view wire.View, lease time.Duration) {
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
 	for view.Count > 0 {
 		left, _, err := m.release(ctx, view, lease)
 		if err != nil || left < 0 || left >= view.Count {

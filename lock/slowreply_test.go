@@ -3,7 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +164,60 @@ func TestUnlockCancelledInFlight_StillReleases(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Unlock whose 1 ms deadline passed while its request waited = %v, want context.DeadlineExceeded", err)
 	}
+}
+
+// slowAfter is a backend whose requests, once slow is set, take delay (or
+// until their context ends, as a client that honours deadlines does): a
+// partition that starts while a hold is held.
+type slowAfter struct {
+	backend.Backend
+	delay time.Duration
+	slow  *atomic.Bool
+}
+
+func (b slowAfter) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if !b.slow.Load() {
+		return b.Backend.Eval(ctx, s, keys, args)
+	}
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-t.C: // the request's own timeout, not synchronisation
+		return backend.Reply{}, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	case <-ctx.Done():
+		return backend.Reply{}, ctx.Err()
+	}
+}
+
+// TestExtend_ReturnsByItsDeadline: an Extend whose hold's lease runs out
+// while its request is unanswered gives back what the server may have
+// extended - and returns by its deadline (plus the 250 ms grace), not
+// when that give-back gives up (2 s). (The soak, seed 205471856186634: an
+// Extend with a 1 s context returned after 2.07 s, during a partition.)
+func TestExtend_ReturnsByItsDeadline(t *testing.T) {
+	var slow atomic.Bool
+	_, c := wrappedClient(t, func(b backend.Backend) backend.Backend {
+		return slowAfter{Backend: b, delay: 3 * time.Second, slow: &slow}
+	})
+	m, err := c.NewMutex("extend-deadline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.LockWithLease(context.Background(), 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = m.Extend(ctx, h, 10*time.Second)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("Extend with no reply succeeded")
+	}
+	if took > 500*time.Millisecond+cleanupGrace+200*time.Millisecond {
+		t.Errorf("Extend returned after %v, its deadline 500ms (the give-back gives up after 2 s): %v", took, err)
+	}
+	t.Logf("figures: Extend returned after %v: %v", took, err)
 }
