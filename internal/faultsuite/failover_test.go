@@ -3,17 +3,15 @@ package faultsuite
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // Failover under contention (TestClusterFailover).
@@ -59,7 +57,7 @@ var foRounds = map[string]int{"rueidis": 4, "valkey-go": 3, "go-redis": 3}
 // granted while one called 10 ms earlier still waited.
 func TestClusterFailover(t *testing.T) {
 	start := time.Now()
-	quietGoRedis(t)
+	backendtest.QuietGoRedis(t)
 	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1), redistest.WithNodeTimeout(foNodeTimeout))
 	var (
 		mu      sync.Mutex
@@ -101,24 +99,6 @@ func TestClusterFailover(t *testing.T) {
 	report(t, 19, "3-primary cluster, a replica each, cluster-node-timeout 1 s; 4 clients of one adapter contend for one lock (2 ms holds, 5 s lease) while the slot's primary is killed (SIGKILL), its replica promoted and the killed node rejoined as a replica; 10 failovers without replica acks (rueidis 4, valkey-go 3, go-redis 3), 2 per adapter with WithReplicaAcks(1, 500 ms)",
 		"no worker stuck (each holds within 10 s of the rejoin); no MOVED/ASK/TRYAGAIN/CLUSTERDOWN reaches a caller; no server sample names two holders; with replica acks also no double holder by client beliefs and no token regression (without them these are the documented risk of asynchronous replication, counted)",
 		strings.Join(figures, "; ")+fmt.Sprintf("; %d failovers, test took %s", total, msf(time.Since(start))))
-}
-
-// quietGoRedis drops go-redis' log lines (a dial failure to the killed
-// node per connection attempt, hundreds a failover) until the test ends.
-func quietGoRedis(t *testing.T) {
-	redis.SetLogger(discardLog{})
-	t.Cleanup(func() { redis.SetLogger(stdLog{log.New(os.Stderr, "redis: ", log.LstdFlags|log.Lshortfile)}) })
-}
-
-type discardLog struct{}
-
-func (discardLog) Printf(context.Context, string, ...any) {}
-
-// stdLog is go-redis' default logger.
-type stdLog struct{ l *log.Logger }
-
-func (s stdLog) Printf(_ context.Context, format string, v ...any) {
-	_ = s.l.Output(2, fmt.Sprintf(format, v...))
 }
 
 // probeAcks takes and releases a lock with opts, and returns the error

@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"fmt"
-	"log"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/goredisbackend"
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -73,7 +73,7 @@ func RunCluster(t *testing.T, cfg Config) Result {
 		cfg.Adapters = ClusterAdapters
 	}
 	cfg = cfg.withDefaults()
-	quietGoRedis(t)
+	backendtest.QuietGoRedis(t)
 	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1), redistest.WithNodeTimeout(clusterNodeTimeout))
 	addrs := strings.Join(c.Addrs(), ",")
 	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
@@ -98,40 +98,12 @@ func RunCluster(t *testing.T, cfg Config) Result {
 	stalls := watchStalls(w.h)
 	defer stalls()
 	nm := newClusterNemesis(t, w.h, c, lockNames(len(w.clients)), rand.New(rand.NewPCG(cfg.Seed, 9)))
-	end := time.Now().Add(cfg.Duration)
-	for time.Now().Before(end) {
-		if cfg.NoFaults {
-			time.Sleep(time.Until(end)) // the run's length is the workload
-			break
-		}
-		nm.step(time.Until(end))
-	}
+	runFaults(cfg, nm.step)
 	w.finish()
 	c.WaitSettled(t)
 	res := w.result(t, admin, nm.count)
 	res.Report.Violations, res.Exceptions = splitExceptions(w.h, res.Report.Violations, nm.failovers, res.Bounds, cfg.Lease)
 	return res
-}
-
-// quietGoRedis drops go-redis' log lines (a dial failure to a killed
-// node per connection attempt, hundreds a failover) until the test ends.
-func quietGoRedis(t *testing.T) {
-	redis.SetLogger(discardLog{})
-	t.Cleanup(func() { redis.SetLogger(stdLog{log.New(os.Stderr, "redis: ", log.LstdFlags|log.Lshortfile)}) })
-}
-
-// discardLog is a go-redis logger that drops everything.
-type discardLog struct{}
-
-// Printf implements go-redis' logger.
-func (discardLog) Printf(context.Context, string, ...any) {}
-
-// stdLog is go-redis' default logger.
-type stdLog struct{ l *log.Logger }
-
-// Printf implements go-redis' logger.
-func (s stdLog) Printf(_ context.Context, format string, v ...any) {
-	_ = s.l.Output(2, fmt.Sprintf(format, v...))
 }
 
 // allKeys lists every key raw's server holds; on a cluster client, every

@@ -85,16 +85,22 @@ func Run(t *testing.T, cfg Config) Result {
 	stalls := watchStalls(w.h)
 	defer stalls()
 	nm := &nemesis{t: t, h: w.h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+	runFaults(cfg, nm.step)
+	w.finish()
+	return w.result(t, admin, nm.count)
+}
+
+// runFaults steps the nemesis, each step given the time left, for the
+// run's length; with NoFaults it only waits that long.
+func runFaults(cfg Config, step func(left time.Duration)) {
 	end := time.Now().Add(cfg.Duration)
 	for time.Now().Before(end) {
 		if cfg.NoFaults {
 			time.Sleep(time.Until(end)) // the run's length is the workload
-			break
+			return
 		}
-		nm.step(time.Until(end))
+		step(time.Until(end))
 	}
-	w.finish()
-	return w.result(t, admin, nm.count)
 }
 
 // withDefaults fills in the zero fields of cfg.
