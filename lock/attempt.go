@@ -46,10 +46,11 @@ var errOwnerWaits = errors.New("another call of this owner is still waiting for 
 func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err error) {
 	entered := false
 	defer func() {
-		if err != nil && !entered && !errors.Is(err, context.Canceled) {
+		if err != nil && !entered && !errors.Is(err, context.Canceled) && w.o.gateHeld() {
 			// ctx's deadline passed while another call of the owner held
 			// the gate, waiting for the server: this call sent nothing and
-			// cannot tell whether the lock is busy.
+			// cannot tell whether the lock is busy. (A deadline that had
+			// passed already, with the gate free, is a plain one.)
 			err = joinLine(err, ErrUnavailable, errOwnerWaits)
 		}
 	}()

@@ -83,6 +83,9 @@ func (o *owner) withGate(ctx context.Context, work func() error) error {
 	return work()
 }
 
+// gateHeld reports whether a call is in the owner's gate now.
+func (o *owner) gateHeld() bool { return len(o.gate) > 0 }
+
 // current returns the live hold, or nil.
 func (o *owner) current() *Hold {
 	o.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/lock/internal/wire"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
 	"github.com/redis/rueidis"
@@ -220,4 +221,32 @@ func TestExtend_ReturnsByItsDeadline(t *testing.T) {
 		t.Errorf("Extend returned after %v, its deadline 500ms (the give-back gives up after 2 s): %v", took, err)
 	}
 	t.Logf("figures: Extend returned after %v: %v", took, err)
+}
+
+// TestAttemptPastItsDeadline_GateFree_NotUnavailable: an attempt whose
+// context has ended by the time it reaches a free owner's gate fails with
+// the plain context error - not ErrUnavailable, which says another call
+// of the owner held the gate waiting for the server (select picks either
+// of two ready cases; found by the soak, seed 34337827674395: a Lock said
+// "another call of this owner is still waiting" with no other call).
+func TestAttemptPastItsDeadline_GateFree_NotUnavailable(t *testing.T) {
+	_, c := wrappedClient(t, func(b backend.Backend) backend.Backend { return b })
+	m, err := c.NewMutex("attempt-past-deadline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.owners.acquire(m)
+	defer c.owners.release(o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	spec := acquireSpec{lease: time.Second}
+	for i := range 200 {
+		w := &waiter{m: m, o: o, lease: spec.lease, retry: attemptRetrier(c.life.closing, spec),
+			call: wire.Acquire{Owner: m.field, Lease: spec.lease, WaiterTimeout: c.cfg.waiterTimeout, Wake: m.wake()}}
+		_, _, err := w.attempt(ctx)
+		if errors.Is(err, ErrUnavailable) {
+			t.Fatalf("attempt %d past its deadline, the gate free: %v, want the context's error alone", i, err)
+		}
+	}
 }
