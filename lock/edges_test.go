@@ -151,7 +151,14 @@ func (b *sendingBackend) Eval(ctx context.Context, s *backend.Script, keys, args
 // delay; the test's end closes the client (which waits for its calls).
 func slowMutex(t *testing.T, delay time.Duration) *lock.Mutex {
 	t.Helper()
-	c, err := lock.NewClient(slowDownBackend{delay: delay})
+	return mutexOn(t, slowDownBackend{delay: delay})
+}
+
+// mutexOn is a Mutex on lock "orders" of a client on b; the test's end
+// closes the client.
+func mutexOn(t *testing.T, b backend.Backend) *lock.Mutex {
+	t.Helper()
+	c, err := lock.NewClient(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,16 +195,7 @@ func TestTryLock_SlowServerDownIsNotBusy(t *testing.T) {
 // checker took that for a clean exit from the queue.)
 func TestTryLock_BehindItsOwnersUnansweredAttempt_NotBusy(t *testing.T) {
 	sent := make(chan struct{})
-	b := &sendingBackend{slowDownBackend: slowDownBackend{delay: 1500 * time.Millisecond}, sent: sent, key: "orders"}
-	c, err := lock.NewClient(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	m, err := c.NewMutex("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mutexOn(t, &sendingBackend{slowDownBackend: slowDownBackend{delay: 1500 * time.Millisecond}, sent: sent, key: "orders"})
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -206,7 +204,7 @@ func TestTryLock_BehindItsOwnersUnansweredAttempt_NotBusy(t *testing.T) {
 		first <- err
 	}()
 	<-sent // the Lock's attempt is in flight, in the owner's gate
-	_, err = m.TryLock(context.Background(), 100*time.Millisecond)
+	_, err := m.TryLock(context.Background(), 100*time.Millisecond)
 	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
 		t.Errorf("TryLock behind the owner's unanswered attempt = %v, want ErrUnavailable, not ErrNotAcquired", err)
 	}

@@ -132,6 +132,7 @@ type reconnects struct {
 	stop    context.CancelFunc
 	loop    *job
 	tried   chan struct{} // closed when the first Subscribe has returned
+	once    sync.Once     // closes tried
 }
 
 func startReconnects(c *Client, dog *watchdog) *reconnects {
@@ -202,13 +203,7 @@ func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 }
 
 // triedOnce marks the first Subscribe as returned.
-func (r *reconnects) triedOnce() {
-	select {
-	case <-r.tried:
-	default:
-		close(r.tried)
-	}
-}
+func (r *reconnects) triedOnce() { r.once.Do(func() { close(r.tried) }) }
 
 // awaitFirst waits, at most d, for the first Subscribe to return: a new
 // client's first calls then do not open their connections while its
