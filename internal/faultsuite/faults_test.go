@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -750,21 +750,6 @@ func TestBadInput(t *testing.T) {
 		fmt.Sprintf("%d cases, keys written 0", len(cases)))
 }
 
-// splitBackend runs scripts on one backend and subscribes on another, so
-// a test can fault the subscription connection alone.
-type splitBackend struct {
-	backend.Backend                         // scripts
-	subs            *rueidisbackend.Backend // Subscribe and WatchKey
-}
-
-func (b splitBackend) Subscribe(ctx context.Context, channel string) (*backend.Subscription, error) {
-	return b.subs.Subscribe(ctx, channel)
-}
-
-func (b splitBackend) WatchKey(ctx context.Context, key string) (*backend.Subscription, error) {
-	return b.subs.WatchKey(ctx, key)
-}
-
 // TestStalledSubscriptionConnection: only the waiters' subscription
 // connection stalls (held back by a proxy; scripts go straight to the
 // server), as an idle pub/sub connection a NAT dropped without a word
@@ -791,10 +776,10 @@ func TestStalledSubscriptionConnection(t *testing.T) {
 	}
 	t.Cleanup(proxied.Close)
 	subs := rueidisbackend.New(proxied)
-	t.Cleanup(func() { subs.Close() })
 	scripts := rueidisbackend.New(direct)
-	t.Cleanup(func() { scripts.Close() })
-	c, err := lock.NewClient(splitBackend{Backend: scripts, subs: subs})
+	split := backendtest.Split{Backend: scripts, Subs: subs}
+	t.Cleanup(func() { split.Close() })
+	c, err := lock.NewClient(split)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,11 @@ const (
 	KindDelete      Kind = "Delete"
 	KindPrune       Kind = "PruneWaiters"
 	KindDelHash     Kind = "DEL hash"
-	KindClose       Kind = "Client.Close"
+	// KindEviction is the server evicting a lock's keys (the nemesis'
+	// FaultEvict): one operation per lock name, Released when its hash
+	// was there before and gone after.
+	KindEviction Kind = "eviction"
+	KindClose    Kind = "Client.Close"
 
 	KindJavaLock        Kind = "java.lock"
 	KindJavaTryLock     Kind = "java.tryLock"
@@ -58,16 +62,17 @@ func (k Kind) java() bool { return strings.HasPrefix(string(k), "java.") }
 // anyone: a force unlock, a delete, a DEL by hand.
 func (k Kind) ends() bool {
 	switch k {
-	case KindForceUnlock, KindDelete, KindDelHash, KindJavaForceUnlock, KindJavaDelete:
+	case KindForceUnlock, KindDelete, KindDelHash, KindEviction, KindJavaForceUnlock, KindJavaDelete:
 		return true
 	}
 	return false
 }
 
 // resetsQueue reports whether k may reorder or drop live waiters: a
-// delete removes the queue (its waiters queue again, in a new order).
+// delete or an eviction removes the queue (its waiters queue again, in a
+// new order).
 func (k Kind) resetsQueue() bool {
-	return k == KindDelete || k == KindJavaDelete
+	return k == KindDelete || k == KindJavaDelete || k == KindEviction
 }
 
 // Op is one call as its caller saw it. Times are since the history's
@@ -171,6 +176,21 @@ const (
 	FaultReset     FaultKind = "reset"
 	FaultPause     FaultKind = "pause"
 	FaultRestart   FaultKind = "restart"
+	// FaultLongPause stops the server (SIGSTOP) for longer than a Java
+	// owner's lease and every Go LockWithLease lease, so leases run out
+	// while nobody can renew them; FaultClientPause is CLIENT PAUSE (WRITE
+	// or ALL), which holds back scripts and PUBLISH while the server runs.
+	FaultLongPause   FaultKind = "long-pause"
+	FaultClientPause FaultKind = "client-pause"
+	// FaultSubStall holds back only the subscription connection of the
+	// client made of two (Target its label): wake-ups, loss notices and
+	// key watches stall while its scripts are answered.
+	FaultSubStall FaultKind = "subscription-stall"
+	// FaultEvict is the server evicting every key with a TTL (maxmemory
+	// set to 1 byte for an instant under volatile-ttl; Target "keys"): it
+	// ends every hold and drops every queue, as KindEviction records per
+	// lock.
+	FaultEvict FaultKind = "eviction"
 
 	// Cluster faults (RunCluster), all with Target "server": a shared
 	// lock's slot moved to another primary; a primary killed, its replica

@@ -67,16 +67,17 @@ func Run(t *testing.T, cfg Config) Result {
 	defer admin.Close()
 
 	w := newWorkload(cfg)
-	proxies := map[string]*redistest.Proxy{}
+	proxies := map[string][]*redistest.Proxy{}
 	for i, a := range cfg.Adapters {
 		p := redistest.StartProxy(t, srv.Addr())
 		c := w.addClient(t, a, label(a, i), p.Addr(), nil)
-		proxies[c.label] = p
+		proxies[c.label] = []*redistest.Proxy{p}
 	}
+	split := w.addSplitClient(t, srv.Addr(), proxies)
 	w.startOwners()
 	if !cfg.NoJava {
 		jp := redistest.StartProxy(t, srv.Addr())
-		proxies["java"] = jp
+		proxies["java"] = []*redistest.Proxy{jp}
 		w.startJavas(t, func() (backend.Backend, error) { return Adapters[0].Dial(jp.Addr()) }, false)
 	}
 	defer w.closeJavas()
@@ -84,7 +85,8 @@ func Run(t *testing.T, cfg Config) Result {
 
 	stalls := watchStalls(w.h)
 	defer stalls()
-	nm := &nemesis{t: t, h: w.h, srv: srv, proxies: proxies, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split,
+		names: lockNames(len(w.clients)), rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	runFaults(cfg, nm.step)
 	w.finish()
 	return w.result(t, admin, nm.count)
@@ -148,6 +150,21 @@ func (w *workload) loop(step func(context.Context)) {
 			step(w.ctx)
 		}
 	}()
+}
+
+// addSplitClient opens the client made of two (splitAdapter): scripts
+// through one proxy, its subscription connection through another, both
+// kept in proxies under its label; it returns the label.
+func (w *workload) addSplitClient(t *testing.T, addr string, proxies map[string][]*redistest.Proxy) string {
+	scripts, subs := redistest.StartProxy(t, addr), redistest.StartProxy(t, addr)
+	c := &goClient{label: label(splitAdapter, len(w.clients)), adapter: splitAdapter, addr: scripts.Addr(), subsAddr: subs.Addr(),
+		rec: w.rec, opts: []lock.Option{lock.WithLease(w.cfg.Lease)}}
+	if err := c.open(); err != nil {
+		t.Fatalf("soak: client %s: %v", c.label, err)
+	}
+	w.clients = append(w.clients, c)
+	proxies[c.label] = []*redistest.Proxy{scripts, subs}
+	return c.label
 }
 
 // addClient opens a Go client of adapter a at addr, with the run's lease
@@ -407,13 +424,16 @@ func (a *adminActor) prune(ctx context.Context, c *goClient, name string) {
 	a.h.Add(op)
 }
 
-// nemesis injects one fault at a time, on one client's proxy or on the
+// nemesis injects one fault at a time, on one client's proxies or on the
 // server.
 type nemesis struct {
 	t       *testing.T
 	h       *History
 	srv     *redistest.Server
-	proxies map[string]*redistest.Proxy
+	raw     *redis.Client // straight to the server: CLIENT PAUSE, the eviction
+	proxies map[string][]*redistest.Proxy
+	split   string   // the label of the client made of two
+	names   []string // every lock the workload uses
 	rnd     *rand.Rand
 	count   map[FaultKind]int
 }
@@ -434,37 +454,132 @@ func (n *nemesis) step(left time.Duration) {
 		targets = append(targets, name)
 	}
 	slices.Sort(targets)
-	target := targets[n.rnd.IntN(len(targets))]
-	p := n.proxies[target]
-	d := time.Duration(200+n.rnd.IntN(2000)) * time.Millisecond
-	f := Fault{Target: target, Start: n.h.Now()}
-	switch r := n.rnd.IntN(10); {
-	case r < 3:
-		f.Kind = FaultLatency
-		p.SetLatency(time.Duration(5+n.rnd.IntN(100)) * time.Millisecond)
-		time.Sleep(d)
-		p.SetLatency(0)
-	case r < 5:
-		f.Kind = FaultPartition
-		p.Blackhole(true)
-		time.Sleep(d)
-		p.Blackhole(false)
-	case r < 7:
-		f.Kind = FaultReset
-		p.ResetAll()
-	case r < 9:
-		f.Kind, f.Target = FaultPause, "server"
-		n.srv.Pause(n.t)
-		time.Sleep(d / 2)
-		n.srv.Resume(n.t)
-	default:
-		f.Kind, f.Target = FaultRestart, "server"
-		n.srv.Kill(n.t)
-		n.srv.Restart(n.t)
+	f := Fault{Target: targets[n.rnd.IntN(len(targets))], Start: n.h.Now()}
+	f.Kind = n.inject(f.Target, time.Duration(200+n.rnd.IntN(2000))*time.Millisecond)
+	switch f.Kind {
+	case FaultPause, FaultLongPause, FaultClientPause, FaultRestart:
+		f.Target = "server"
+	case FaultSubStall:
+		f.Target = n.split
+	case FaultEvict:
+		f.Target = "keys"
 	}
 	f.End = n.h.Now()
 	n.h.AddFault(f)
 	n.count[f.Kind]++
+}
+
+// inject runs one fault of length about d on target's proxies or on the
+// server, and returns its kind.
+func (n *nemesis) inject(target string, d time.Duration) FaultKind {
+	ps := n.proxies[target]
+	switch r := n.rnd.IntN(20); {
+	case r < 6:
+		for _, p := range ps {
+			p.SetLatency(time.Duration(5+n.rnd.IntN(100)) * time.Millisecond)
+		}
+		time.Sleep(d)
+		for _, p := range ps {
+			p.SetLatency(0)
+		}
+		return FaultLatency
+	case r < 10:
+		for _, p := range ps {
+			p.Blackhole(true)
+		}
+		time.Sleep(d)
+		for _, p := range ps {
+			p.Blackhole(false)
+		}
+		return FaultPartition
+	case r < 13:
+		for _, p := range ps {
+			p.ResetAll()
+		}
+		return FaultReset
+	case r < 16:
+		n.pause(d / 2)
+		return FaultPause
+	case r < 17:
+		n.clientPause(d)
+		return FaultClientPause
+	case r < 18:
+		subs := n.proxies[n.split][1]
+		subs.Blackhole(true)
+		time.Sleep(2 * d)
+		subs.Blackhole(false)
+		return FaultSubStall
+	case r < 19:
+		n.evict()
+		return FaultEvict
+	case n.rnd.IntN(2) == 0:
+		n.pause(longPause + time.Duration(n.rnd.IntN(1500))*time.Millisecond)
+		return FaultLongPause
+	default:
+		n.srv.Kill(n.t)
+		n.srv.Restart(n.t)
+		return FaultRestart
+	}
+}
+
+// longPause is the shortest FaultLongPause: past a Java owner's 5 s lease
+// and every Go LockWithLease lease (at most 3 s).
+const longPause = 5500 * time.Millisecond
+
+// pause stops the server (SIGSTOP) for d.
+func (n *nemesis) pause(d time.Duration) {
+	n.srv.Pause(n.t)
+	time.Sleep(d)
+	n.srv.Resume(n.t)
+}
+
+// clientPause pauses the server's clients (CLIENT PAUSE, WRITE or ALL)
+// for d; the server lifts it itself.
+func (n *nemesis) clientPause(d time.Duration) {
+	mode := "WRITE"
+	if n.rnd.IntN(2) == 0 {
+		mode = "ALL"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.raw.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), mode).Err(); err != nil {
+		n.t.Errorf("soak: CLIENT PAUSE: %v", err)
+		return
+	}
+	time.Sleep(d)
+}
+
+// evict makes the server evict every key with a TTL - every lock key -
+// at once: maxmemory 1 byte under volatile-ttl, then back to no limit and
+// noeviction, in one pipeline that the server reads in one go. It records
+// a KindEviction for each lock, Released when its hash was there before
+// and is gone after.
+func (n *nemesis) evict() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	before, after := make([]*redis.IntCmd, len(n.names)), make([]*redis.IntCmd, len(n.names))
+	pipe := n.raw.Pipeline()
+	for i, name := range n.names {
+		before[i] = pipe.Exists(ctx, name)
+	}
+	pipe.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl")
+	pipe.ConfigSet(ctx, "maxmemory", "1")
+	pipe.ConfigSet(ctx, "maxmemory", "0")
+	pipe.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+	for i, name := range n.names {
+		after[i] = pipe.Exists(ctx, name)
+	}
+	call := n.h.Now()
+	_, err := pipe.Exec(ctx)
+	ret := n.h.Now()
+	for i, name := range n.names {
+		op := &Op{Kind: KindEviction, Lock: name, Client: "server", Call: call, Return: ret,
+			Released: before[i].Val() == 1 && after[i].Val() == 0}
+		if err != nil {
+			op.Err = err.Error()
+		}
+		n.h.Add(op)
+	}
 }
 
 // leftovers checks the server at quiescence: every key has an expiry,

@@ -59,6 +59,9 @@ func TestSoak(t *testing.T) {
 	}
 	logExceptions(t, res.History, res.Exceptions, dir)
 	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Errorf("soak: %v", err)
+		}
 		hpath := filepath.Join(dir, fmt.Sprintf("history-%d.json.gz", s))
 		if err := res.History.Save(hpath, res.Bounds); err != nil {
 			t.Errorf("saving the history: %v", err)

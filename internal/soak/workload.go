@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/goredisbackend"
+	"github.com/fairlock/fairlock/internal/backendtest"
 	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/lock/observe"
@@ -50,21 +51,28 @@ var Adapters = []Adapter{
 	}},
 }
 
+// splitAdapter is rueidis with its subscriptions and key watches on a
+// backend of their own, dialled at the client's second address
+// (goClient.subsAddr): the nemesis stalls that connection alone
+// (FaultSubStall).
+var splitAdapter = Adapter{"rueidis-split", true, Adapters[0].Dial}
+
 // goClient is one lock.Client on one adapter, behind its own proxy;
 // Client.Close replaces it with a new one.
 type goClient struct {
-	label   string
-	adapter Adapter
-	addr    string // the proxy's
-	opts    []lock.Option
-	rec     *recorder
+	label    string
+	adapter  Adapter
+	addr     string // the proxy's
+	subsAddr string // for splitAdapter, the subscription connection's proxy
+	opts     []lock.Option
+	rec      *recorder
 
 	mu sync.RWMutex
 	lc *lock.Client
 }
 
 func (c *goClient) open() error {
-	b, err := c.adapter.Dial(c.addr)
+	b, err := c.dial()
 	if err != nil {
 		return err
 	}
@@ -77,6 +85,27 @@ func (c *goClient) open() error {
 	c.lc = lc
 	c.mu.Unlock()
 	return nil
+}
+
+// dial opens c's backend: the adapter's at addr, or for the client made
+// of two, scripts at addr and subscriptions at subsAddr.
+func (c *goClient) dial() (backend.Backend, error) {
+	b, err := c.adapter.Dial(c.addr)
+	if err != nil || c.subsAddr == "" {
+		return b, err
+	}
+	subs, err := c.adapter.Dial(c.subsAddr)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	sw, ok := subs.(backendtest.Subscriber)
+	if !ok {
+		b.Close()
+		subs.Close()
+		return nil, fmt.Errorf("%s watches no keys", c.adapter.Name)
+	}
+	return backendtest.Split{Backend: b, Subs: sw}, nil
 }
 
 func (c *goClient) client() *lock.Client {
