@@ -382,7 +382,14 @@ func (j *javaOwner) step(ctx context.Context) {
 	if !held {
 		return
 	}
-	pause(ctx, j.rnd, 300*time.Millisecond)
+	hold := 300 * time.Millisecond
+	if j.rnd.IntN(5) == 0 {
+		// A long hold that writes nothing (a fixed lease, no watchdog):
+		// a Go holder whose hold this one took over unnoticed stays
+		// untold through it, where a short one's unlock would tell it.
+		hold = 3 * time.Second
+	}
+	pause(ctx, j.rnd, hold)
 	u := &Op{Kind: KindJavaUnlock, Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Hold: op.Hold}
 	u.Call = j.h.Now()
 	op.Hold.releasing(u.Call)
