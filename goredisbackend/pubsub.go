@@ -50,7 +50,6 @@ func openConn(ctx context.Context, ps *redis.PubSub, sink pubsub.Sink, sharded b
 		pong:    make(chan struct{}, 1),
 		refused: make(chan error, 1),
 		pending: make(map[string][]chan struct{}),
-		leaving: make(map[string]int),
 	}
 	c.heard.Store(time.Now().UnixNano())
 	if err := ctx.Err(); err != nil {
@@ -97,15 +96,15 @@ type pubSubConn struct {
 	end     sync.Once     // closes ended and done
 	cause   error         // why it ended; written before ended is closed
 	close   sync.Once     // closes ps
-	mu      sync.Mutex    // guards pending and leaving
+	mu      sync.Mutex    // guards pending
 	// pending holds, per channel, the SUBSCRIBEs awaiting the server's
 	// confirmation, oldest first: the server confirms each channel of each
 	// SUBSCRIBE once, in order.
 	pending map[string][]chan struct{}
-	// leaving counts, per channel, this connection's own SUNSUBSCRIBEs
-	// whose confirmation has not been read yet: any other "sunsubscribe"
-	// is the server's own (the channel's slot moved).
-	leaving map[string]int
+	// leaving counts this connection's own SUNSUBSCRIBEs whose
+	// confirmation has not been read yet: any other "sunsubscribe" is the
+	// server's own (the channel's slot moved).
+	leaving pubsub.Leaving
 }
 
 // Subscribe writes SUBSCRIBE (SSUBSCRIBE on a sharded connection, for the
@@ -169,11 +168,7 @@ func (c *pubSubConn) Unsubscribe(ctx context.Context, channels ...string) error 
 	}
 	unsubscribe := c.ps.Unsubscribe
 	if c.sharded {
-		c.mu.Lock()
-		for _, ch := range channels {
-			c.leaving[ch]++
-		}
-		c.mu.Unlock()
+		c.leaving.Sent(channels...)
 		unsubscribe = c.ps.SUnsubscribe
 	}
 	if err := unsubscribe(ctx, channels...); err != nil {
@@ -253,7 +248,7 @@ func (c *pubSubConn) receive() {
 			case "sunsubscribe":
 				// Not one of ours: the server dropped the channel, whose
 				// slot moved (a resharding or a failover).
-				if !c.left(m.Channel) {
+				if !c.leaving.Confirmed(m.Channel) {
 					c.sink.Unsubscribed(m.Channel)
 				}
 			}
@@ -285,23 +280,6 @@ func (c *pubSubConn) unpend(channels []string, confirmed []chan struct{}) {
 			c.pending[ch] = waiting
 		}
 	}
-}
-
-// left takes the confirmation of one of this connection's own
-// SUNSUBSCRIBEs of channel, and reports whether one was awaited.
-func (c *pubSubConn) left(channel string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.leaving[channel]
-	if n == 0 {
-		return false
-	}
-	if n == 1 {
-		delete(c.leaving, channel)
-	} else {
-		c.leaving[channel] = n - 1
-	}
-	return true
 }
 
 // confirm hands the confirmation of channel to the oldest SUBSCRIBE

@@ -811,13 +811,14 @@ func (d *shardDialer) dial(ctx context.Context, addr string, sink pubsub.Sink) (
 	if err != nil {
 		return nil, nil, err
 	}
+	leaving := &pubsub.Leaving{}
 	dc, done, err := dedicate(ctx, node, func(dc rueidis.DedicatedClient) <-chan error {
 		return dc.SetPubSubHooks(rueidis.PubSubHooks{
 			OnMessage: func(m rueidis.PubSubMessage) { sink.Deliver(m.Channel, m.Message) },
 			OnSubscription: func(s rueidis.PubSubSubscription) {
-				// Also the confirmation of the hub's own SUNSUBSCRIBE,
-				// which finds no Subscription left.
-				if s.Kind == "sunsubscribe" {
+				// The server's own SUNSUBSCRIBE (the slot moved), not the
+				// confirmation of the hub's.
+				if s.Kind == "sunsubscribe" && !leaving.Confirmed(s.Channel) {
 					sink.Unsubscribed(s.Channel)
 				}
 			},
@@ -826,13 +827,14 @@ func (d *shardDialer) dial(ctx context.Context, addr string, sink pubsub.Sink) (
 	if err != nil {
 		return nil, nil, err
 	}
-	return shardConn{dc: dc, d: d}, done, nil
+	return shardConn{dc: dc, d: d, leaving: leaving}, done, nil
 }
 
 // shardConn is one node's sharded subscription connection.
 type shardConn struct {
-	dc rueidis.DedicatedClient
-	d  *shardDialer
+	dc      rueidis.DedicatedClient
+	d       *shardDialer
+	leaving *pubsub.Leaving // SUNSUBSCRIBEs whose confirmations are to come
 }
 
 // Subscribe implements pubsub.Conn with SSUBSCRIBE of the channels of one
@@ -855,9 +857,15 @@ func (c shardConn) Subscribe(ctx context.Context, channels ...string) error {
 }
 
 // Unsubscribe implements pubsub.Conn with SUNSUBSCRIBE of the channels of
-// one slot.
+// one slot, counted in leaving first: the reader takes their
+// confirmations for the hub's, not the server's.
 func (c shardConn) Unsubscribe(ctx context.Context, channels ...string) error {
-	return serverError(c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(channels...).Build()).Error())
+	c.leaving.Sent(channels...)
+	err := c.dc.Do(ctx, c.dc.B().Sunsubscribe().Channel(channels...).Build()).Error()
+	if err != nil {
+		c.leaving.Unsent(channels...)
+	}
+	return serverError(err)
 }
 
 func (c shardConn) Close() { c.dc.Close() }
