@@ -43,8 +43,8 @@ func renderReport(res Result, d time.Duration, start, end string) string {
 	var b strings.Builder
 	b.WriteString(start + "\n\n")
 	version, _ := exec.Command("redis-server", "--version").Output()
-	fmt.Fprintf(&b, "Run %s UTC, %v, seed %d, Redis %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04"), d,
-		res.History.Seed, strings.TrimPrefix(strings.Fields(string(version) + " v=?")[2], "v="))
+	fmt.Fprintf(&b, "Run %s UTC, %v, seed %d, Redis %s, %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04"), d,
+		res.History.Seed, strings.TrimPrefix(strings.Fields(string(version) + " v=?")[2], "v="), commit())
 	var kinds []string
 	total := 0
 	for k, n := range res.Faults {
@@ -67,6 +67,7 @@ func renderReport(res Result, d time.Duration, start, end string) string {
 	}
 	b.WriteString("| histories | operations | faults | violations |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| 1 | %d | %d (%s) | %s |\n\n", res.Ops, total, strings.Join(kinds, ", "), violations)
+	fmt.Fprintf(&b, "Operations by client, all of them running the whole time: %s.\n\n", opsByClient(res.History))
 	if res.Exceptions != nil {
 		fmt.Fprintf(&b, "Documented exceptions, not violations (a failover without replica acks, RULES.md X9): %s.\n\n", countByCheck(res.Exceptions))
 	}
@@ -104,4 +105,33 @@ func renderReport(res Result, d time.Duration, start, end string) string {
 	}
 	b.WriteString("\n" + end)
 	return b.String()
+}
+
+// commit names the code a run tested: the commit, and whether files other
+// than the reports (Markdown) differed from it.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "commit unknown"
+	}
+	c := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.md").Output(); err == nil && len(st) > 0 {
+		c += " with uncommitted changes"
+	}
+	return c
+}
+
+// opsByClient counts the history's operations by client label's adapter
+// (Java owners as "java", the admin's DEL by hand as "raw").
+func opsByClient(h *History) string {
+	n := map[string]int{}
+	for _, op := range h.Ops() {
+		n[strings.SplitN(op.Client, "#", 2)[0]]++
+	}
+	var parts []string
+	for c, k := range n {
+		parts = append(parts, fmt.Sprintf("%s %d", c, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }

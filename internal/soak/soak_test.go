@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ var (
 	out     = flag.String("soak.out", "", "directory for violation reports (default: a temporary one)")
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
+	only    = flag.String("soak.adapters", "", "TestSoak: the adapters to run, by name, comma-separated (default: all; scripts/soak.sh --adapters)")
 	cluster = flag.Bool("soak.cluster", false, "TestSoak: run on a Redis Cluster (3 primaries, a replica each) under cluster faults (RunCluster; scripts/soak.sh --cluster)")
 )
 
@@ -36,8 +38,17 @@ func TestSoak(t *testing.T) {
 	if *cluster {
 		run, mode = RunCluster, " --cluster"
 	}
+	cfg := Config{Seed: s, Duration: time.Duration(*seconds) * time.Second}
+	if *only != "" {
+		all := Adapters
+		if *cluster {
+			all = ClusterAdapters
+		}
+		cfg.Adapters = pick(t, all, *only)
+		mode += " --adapters " + *only
+	}
 	t.Logf("soak: seed %d, %d s; replay: bash scripts/soak.sh%s --seed %d --seconds %d", s, *seconds, mode, s, *seconds)
-	res := run(t, Config{Seed: s, Duration: time.Duration(*seconds) * time.Second})
+	res := run(t, cfg)
 	faults := 0
 	var kinds []string
 	for k, n := range res.Faults {
@@ -97,6 +108,20 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	fmt.Printf("soak: 1 histories, %d operations, %d faults, %d violations\n", res.Ops, faults, len(res.Report.Violations))
+}
+
+// pick returns the adapters of all named in names (comma-separated), in
+// that order.
+func pick(t *testing.T, all []Adapter, names string) []Adapter {
+	var out []Adapter
+	for _, n := range strings.Split(names, ",") {
+		i := slices.IndexFunc(all, func(a Adapter) bool { return a.Name == n })
+		if i < 0 {
+			t.Fatalf("soak: no adapter %q", n)
+		}
+		out = append(out, all[i])
+	}
+	return out
 }
 
 // TestRecheck runs the checkers again over a history TestSoak saved
