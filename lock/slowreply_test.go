@@ -250,3 +250,77 @@ func TestAttemptPastItsDeadline_GateFree_NotUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// lateReentry is a backend that holds back one acquire request, as a
+// paused server's socket does: the request fails to its sender with a
+// timeout once released, and runs on the server only when the test says
+// so - after the requests the lock sent next, which the client's other
+// connections delivered first.
+type lateReentry struct {
+	backend.Backend
+	armed   atomic.Bool
+	release chan struct{} // closed: the held request fails to its sender
+	run     chan func()   // the held request, for the test to run
+	leaves  atomic.Int64  // leave.lua requests answered
+}
+
+func (b *lateReentry) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if s.Name == "acquire" && b.armed.CompareAndSwap(true, false) {
+		b.run <- func() { _, _ = b.Backend.Eval(context.Background(), s, keys, args) }
+		<-b.release
+		return backend.Reply{}, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	}
+	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	if s.Name == "leave" {
+		b.leaves.Add(1)
+	}
+	return rep, err
+}
+
+// TestUnlock_GivesBackALateReentry: a re-entry whose caller gave up with
+// its request unanswered, and which the server ran only after the undo
+// that looked for it (a client's connections do not keep one owner's
+// requests in order: rueidis spreads them over two on two cores), left a
+// count nobody knew of. The owner's last Unlock then found the count above
+// its own, kept the hold alive under it and said nothing: the lock stayed
+// held, renewed for ever, and the owner's next Lock returned the hold it
+// had released. The last Unlock gives such counts back and ends the hold.
+// (The soak, seeds 13790021069101 and 106229442894957: a server stopped
+// for 6 s while an owner re-entered, then unlocked.)
+func TestUnlock_GivesBackALateReentry(t *testing.T) {
+	b := &lateReentry{release: make(chan struct{}), run: make(chan func(), 1)}
+	_, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
+	m := newTestMutex(t, c, "late-reentry")
+	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	h, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.armed.Store(true)
+	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	_, err = m.Lock(short)
+	cancel()
+	if err == nil {
+		t.Fatal("the re-entry whose request was held back succeeded")
+	}
+	close(b.release) // its request times out; the lock undoes it (leave.lua)
+	redistest.Eventually(t, 5*time.Second, "the undo's leave", func() bool { return b.leaves.Load() > 0 })
+	(<-b.run)() // the server runs the re-entry only now
+	if err := m.Unlock(bg); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if h.Err() == nil {
+		t.Error("the hold is still live after its owner's only count was released")
+	}
+	if st, err := m.Inspect(bg, 0); err != nil || st.Locked() {
+		t.Errorf("after the last Unlock the lock is held on the server: %+v, %v", st.Holders, err)
+	}
+	h2, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2 == h || h2.Token() == h.Token() {
+		t.Errorf("the next Lock returned the released hold (same %v, token %d)", h2 == h, h2.Token())
+	}
+}

@@ -66,6 +66,9 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 func (m *Mutex) unlock(ctx context.Context, o *owner, result *observe.ReleaseResult) error {
 	h, view, lease := o.releasing(m.c.cfg.lease)
 	left, sent, err := m.release(ctx, view, lease)
+	if err == nil && h != nil && left > view.Count-1 {
+		left, err = m.giveBackUnknown(ctx, view.Token, left, view.Count-1, lease)
+	}
 	if o.released(h, left, sent, err) && err == nil && left == 0 {
 		result.Held = time.Since(h.acquired)
 	}
@@ -77,6 +80,34 @@ func (m *Mutex) unlock(ctx context.Context, o *owner, result *observe.ReleaseRes
 	}
 	result.HoldCount = left
 	return nil
+}
+
+// giveBackUnknown releases the counts of the hold token beyond want, the
+// count the client knows is left, that the server says are there (left):
+// a re-entry whose caller gave up with its request unanswered, which the
+// server ran after the undo that looked for it - a client's connections
+// do not keep one owner's requests in order (rueidis spreads them over
+// several, go-redis over its pool). Kept, they would hold the lock for
+// nobody's Unlock, renewed for as long as the client lives. It returns the
+// count left, or an error when the server could not be asked (the hold
+// then ends as lost and frees itself within the lease).
+func (m *Mutex) giveBackUnknown(ctx context.Context, token int64, left, want int, lease time.Duration) (int, error) {
+	ctx, cancel := graceContext(ctx)
+	defer cancel()
+	for left > want {
+		n, _, err := m.release(ctx, wire.View{Token: token, Count: left}, lease)
+		switch {
+		case n < 0 && err == nil:
+			return 0, nil // gone meanwhile: nothing of it is left
+		case err == nil && n >= left:
+			err = errors.New("the server kept them")
+		}
+		if err != nil {
+			return left, fmt.Errorf("%w: counts this client did not know of remain (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err)
+		}
+		left = n
+	}
+	return left, nil
 }
 
 // endUnsent ends the owner's hold, if it has a live one, for an Unlock
