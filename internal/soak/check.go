@@ -183,7 +183,7 @@ func overlap(ops []*Op, faults []Fault, stalls []Stall, b Bounds, a *Op, h *Hold
 	}
 	if h.Java {
 		v, bad := javaStillHeld(ops, h, a)
-		return v, bad && !(a.Java && javaEndedBefore(ops, a, h.Acquired))
+		return v, bad && !(a.Java && javaEndedBefore(ops, a, h.Acquired)) && !deadGrant(ops, stalls, b, a, h.Acquired)
 	}
 	done, why := h.Done()
 	bound := b.Tick // a DEL by hand reaches a client without key watches at the tick
@@ -229,6 +229,27 @@ func javaEndedBefore(ops []*Op, a *Op, from time.Duration) bool {
 	for _, e := range ops {
 		if e.Kind.ends() && e.Lock == a.Lock && (e.Released || e.Err != "") && e.Return > a.Call && e.Call < from {
 			return true
+		}
+	}
+	return false
+}
+
+// deadGrant reports whether a, a Go acquire, was granted a hold that a
+// hold-ending call removed before from - the grant of the Java hold a
+// overlapped - while a's reply was still on its way (a slow or partitioned
+// connection), and whose holder learnt of it within that call's bound
+// (noticeBound: a client watching no keys hears of Redisson's forceUnlock
+// or a DEL by hand at its watchdog's tick). The notice check does not see
+// such a hold: the call ended it before its grant reached its owner.
+func deadGrant(ops []*Op, stalls []Stall, b Bounds, a *Op, from time.Duration) bool {
+	if a.Java {
+		return false
+	}
+	done, _ := a.Hold.Done()
+	for _, e := range ops {
+		if e.Kind.ends() && e.Lock == a.Lock && e.Released && e.Err == "" && e.Call > a.Call && e.Call < from {
+			bound := e.Return + noticeBound(e, a.Hold, b)
+			return done > 0 && done <= bound+lateness(stalls, e.Return-stallNear, done+stallNear)
 		}
 	}
 	return false
