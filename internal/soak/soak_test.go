@@ -68,11 +68,13 @@ func TestSoak(t *testing.T) {
 	if dir == "" && len(res.Report.Violations) > 0 {
 		dir = t.TempDir()
 	}
-	logExceptions(t, res.History, res.Exceptions, dir)
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Errorf("soak: %v", err)
 		}
+	}
+	logExceptions(t, res.History, res.Exceptions, dir)
+	if dir != "" {
 		hpath := filepath.Join(dir, fmt.Sprintf("history-%d.json.gz", s))
 		if err := res.History.Save(hpath, res.Bounds); err != nil {
 			t.Errorf("saving the history: %v", err)
