@@ -3,7 +3,7 @@
 # adapter and Redisson-model owners, under random faults, on a real
 # redis-server, with every history checked against the lock's promises.
 #
-#   bash scripts/soak.sh [--cluster] [--seconds N] [--seed S] [--adapters A,B] [--out DIR] [--report FILE]
+#   bash scripts/soak.sh [--cluster] [--seconds N] [--seed S] [--adapters A,B] [--without K,L] [--out DIR] [--report FILE]
 #
 # --cluster runs it on a Redis Cluster (3 primaries, a replica each; every
 # other client with replica acks) under cluster faults - a shared lock's
@@ -13,6 +13,8 @@
 # --adapters runs only the named adapters (rueidis, rueidis-nocache,
 # valkey-go, go-redis, go-redis-new; the Java owners and the rueidis
 # client made of two stay);
+# --without leaves fault kinds out of the standalone nemesis (eviction,
+# long-pause);
 # --out keeps the history and the violation reports (text, porcupine's
 # HTML) in DIR; --report rewrites FILE's generated soak section
 # (RELIABILITY.md).
@@ -23,7 +25,7 @@
 # Needs redis-server as scripts/test.sh does (it installs it when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=120 seed=0 out="" report="" cluster="" adapters=""
+seconds=120 seed=0 out="" report="" cluster="" adapters="" without=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -32,7 +34,8 @@ while [ $# -gt 0 ]; do
     --report) report="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
     --cluster) cluster=1; shift ;;
     --adapters) adapters="$2"; shift 2 ;;
-    *) echo "usage: bash scripts/soak.sh [--cluster] [--seconds N] [--seed S] [--adapters A,B] [--out DIR] [--report FILE]" >&2; exit 2 ;;
+    --without) without="$2"; shift 2 ;;
+    *) echo "usage: bash scripts/soak.sh [--cluster] [--seconds N] [--seed S] [--adapters A,B] [--without K,L] [--out DIR] [--report FILE]" >&2; exit 2 ;;
   esac
 done
 if ! command -v redis-server >/dev/null 2>&1 && [ -z "${FAIRLOCK_REDIS_SERVER:-}" ]; then
@@ -46,6 +49,7 @@ args=(-soak.seconds="$seconds" -soak.seed="$seed")
 [ -z "$report" ] || args+=(-soak.report="$report")
 [ -z "$cluster" ] || args+=(-soak.cluster)
 [ -z "$adapters" ] || args+=(-soak.adapters="$adapters")
+[ -z "$without" ] || args+=(-soak.without="$without")
 set +e
 go test -race -count=1 -timeout "$((seconds + 300))s" -run '^TestSoak$' -v ./internal/soak/ -args "${args[@]}" >"$log" 2>&1
 rc=$?

@@ -421,3 +421,23 @@ func TestCheckFree(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckErrorsOwnerWaits: a call behind its owner's attempt, which
+// waits up to the attempt bound for a server that restarted, may say
+// "unavailable" that long after the fault (soak seed 222134185089388:
+// 5.1 s after a restart); 7 s after, it may not.
+func TestCheckErrorsOwnerWaits(t *testing.T) {
+	for _, c := range []struct {
+		after time.Duration
+		want  int
+	}{{5100 * msec, 0}, {7 * time.Second, 1}} {
+		h := NewHistory(1)
+		h.AddFault(Fault{Kind: FaultRestart, Target: "server", Start: 0, End: 300 * msec})
+		at := 300*msec + c.after
+		h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "a", Client: "c", Call: at - 200*msec, Return: at, Unavail: true,
+			Err: "lock: server unavailable: " + ownerWaits + " (wait ran out)"})
+		if got := checks(h)["errors"]; got != c.want {
+			t.Errorf("%v after a restart: %d errors violations, want %d", c.after, got, c.want)
+		}
+	}
+}

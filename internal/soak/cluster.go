@@ -76,7 +76,7 @@ func RunCluster(t *testing.T, cfg Config) Result {
 	backendtest.QuietGoRedis(t)
 	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1), redistest.WithNodeTimeout(clusterNodeTimeout))
 	addrs := strings.Join(c.Addrs(), ",")
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}) // a DEL by hand returns by its deadline
 	defer admin.Close()
 
 	w := newWorkload(cfg)

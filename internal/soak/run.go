@@ -31,6 +31,10 @@ type Config struct {
 	// Java mixes Redisson-model owners into the queues (default on
 	// unless NoJava).
 	NoJava bool
+	// Without are fault kinds the standalone nemesis leaves out
+	// (FaultEvict, FaultLongPause): an eviction becomes a latency fault, a
+	// long pause a restart.
+	Without []FaultKind
 }
 
 // Result is a run's history, report and counts.
@@ -63,7 +67,7 @@ func privateNames(i int) []string {
 func Run(t *testing.T, cfg Config) Result {
 	cfg = cfg.withDefaults()
 	srv := redistest.Start(t, redistest.WithAOF())
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true}) // a DEL by hand returns by its deadline
 	defer admin.Close()
 
 	w := newWorkload(cfg)
@@ -86,7 +90,7 @@ func Run(t *testing.T, cfg Config) Result {
 	stalls := watchStalls(w.h)
 	defer stalls()
 	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split,
-		names: lockNames(len(w.clients)), rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+		names: lockNames(len(w.clients)), without: cfg.Without, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	runFaults(cfg, nm.step)
 	w.finish()
 	return w.result(t, admin, nm.count)
@@ -434,6 +438,7 @@ type nemesis struct {
 	proxies map[string][]*redistest.Proxy
 	split   string   // the label of the client made of two
 	names   []string // every lock the workload uses
+	without []FaultKind
 	rnd     *rand.Rand
 	count   map[FaultKind]int
 }
@@ -473,7 +478,11 @@ func (n *nemesis) step(left time.Duration) {
 // server, and returns its kind.
 func (n *nemesis) inject(target string, d time.Duration) FaultKind {
 	ps := n.proxies[target]
-	switch r := n.rnd.IntN(20); {
+	r := n.rnd.IntN(20)
+	if r == 18 && slices.Contains(n.without, FaultEvict) {
+		r = 0
+	}
+	switch {
 	case r < 6:
 		for _, p := range ps {
 			p.SetLatency(time.Duration(5+n.rnd.IntN(100)) * time.Millisecond)
@@ -512,7 +521,7 @@ func (n *nemesis) inject(target string, d time.Duration) FaultKind {
 	case r < 19:
 		n.evict()
 		return FaultEvict
-	case n.rnd.IntN(2) == 0:
+	case n.rnd.IntN(2) == 0 && !slices.Contains(n.without, FaultLongPause):
 		n.pause(longPause + time.Duration(n.rnd.IntN(1500))*time.Millisecond)
 		return FaultLongPause
 	default:

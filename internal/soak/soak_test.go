@@ -19,6 +19,7 @@ var (
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
 	only    = flag.String("soak.adapters", "", "TestSoak: the adapters to run, by name, comma-separated (default: all; scripts/soak.sh --adapters)")
+	without = flag.String("soak.without", "", "TestSoak: fault kinds the standalone nemesis leaves out, comma-separated (eviction, long-pause; scripts/soak.sh --without)")
 	cluster = flag.Bool("soak.cluster", false, "TestSoak: run on a Redis Cluster (3 primaries, a replica each) under cluster faults (RunCluster; scripts/soak.sh --cluster)")
 )
 
@@ -46,6 +47,12 @@ func TestSoak(t *testing.T) {
 		}
 		cfg.Adapters = pick(t, all, *only)
 		mode += " --adapters " + *only
+	}
+	if *without != "" {
+		for _, k := range strings.Split(*without, ",") {
+			cfg.Without = append(cfg.Without, FaultKind(k))
+		}
+		mode += " --without " + *without
 	}
 	t.Logf("soak: seed %d, %d s; replay: bash scripts/soak.sh%s --seed %d --seconds %d", s, *seconds, mode, s, *seconds)
 	res := run(t, cfg)
