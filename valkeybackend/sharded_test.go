@@ -244,3 +244,46 @@ func TestSSubscribeNotCluster(t *testing.T) {
 		t.Fatalf("SSubscribe on a standalone client: %v, want backend.ErrNotSupported", err)
 	}
 }
+
+// TestSSubscribeAgainRightAfterClose: a channel subscribed again at once
+// after its last Subscription closed is subscribed with one SSUBSCRIBE.
+// The confirmation of the SUNSUBSCRIBE that Close sent is the hub's own,
+// not the server dropping the channel (its slot moving); taken for the
+// server's while the new SSUBSCRIBE was on its way, it would fail that
+// SSUBSCRIBE, whose failure sends SUNSUBSCRIBE again - a loop (suspected
+// by the audit of issue "A holder that always knows"). Here the hub waits
+// for the confirmation before it subscribes again, so this passed before
+// pubsub.Leaving too; Leaving covers a confirmation that comes after the
+// hub stopped waiting for it (unsubscribeTimeout).
+func TestSSubscribeAgainRightAfterClose(t *testing.T) {
+	const rounds = 30
+	cluster := redistest.StartCluster(t, 3)
+	b := clusterBackend(t, cluster, valkey.ClientOption{})
+	ch := keysByNode(t, clusterClient(t, cluster, valkey.ClientOption{}), 3, 1)[1][0]
+	node := cluster.Nodes()[1]
+	node.Do(t, "CONFIG", "RESETSTAT")
+	start := time.Now()
+	for i := range rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), watchTimeout)
+		s, err := b.SSubscribe(ctx, ch)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: SSubscribe: %v", i, err)
+		}
+		s.Close()
+	}
+	s := ssubscribe(t, b, ch)
+	spublish(t, node, ch, "last")
+	awaitPayload(t, s, "last")
+	stats, _ := node.Do(t, "INFO", "commandstats").(string)
+	calls := "0"
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_ssubscribe:calls="); ok {
+			calls, _, _ = strings.Cut(rest, ",")
+		}
+	}
+	t.Logf("%d subscribes, each right after the last Close, in %v: %s SSUBSCRIBEs", rounds+1, time.Since(start).Round(time.Millisecond), calls)
+	if calls != fmt.Sprint(rounds+1) {
+		t.Errorf("%d subscribes sent %s SSUBSCRIBEs, want one each", rounds+1, calls)
+	}
+}
