@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -121,11 +122,28 @@ func (m *Mutex) sendExtend(ctx context.Context, h *Hold, call wire.Renew) (wire.
 // itself within its lease then anyway. It runs in the owner's gate (a
 // grant, Extend).
 func (m *Mutex) giveBackAll(ctx context.Context, view wire.View, lease time.Duration) {
-	for view.Count > 0 {
+	_, _ = m.giveBackTo(ctx, view, 0, lease)
+}
+
+// errKept: a release that left the count where it was.
+var errKept = errors.New("the server kept them")
+
+// giveBackTo releases, one count at a time, the hold view describes down
+// to want counts, and returns the count left: 0 when the server no longer
+// has the hold; at the first error, or a release that took nothing down
+// (errKept), the count reached so far and that error.
+func (m *Mutex) giveBackTo(ctx context.Context, view wire.View, want int, lease time.Duration) (int, error) {
+	for view.Count > want {
 		left, _, err := m.release(ctx, view, lease)
-		if err != nil || left < 0 || left >= view.Count {
-			return
+		switch {
+		case err != nil:
+			return view.Count, err
+		case left < 0:
+			return 0, nil
+		case left >= view.Count:
+			return view.Count, errKept
 		}
 		view.Count = left
 	}
+	return view.Count, nil
 }

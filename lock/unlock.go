@@ -94,18 +94,9 @@ func (m *Mutex) unlock(ctx context.Context, o *owner, result *observe.ReleaseRes
 func (m *Mutex) giveBackUnknown(ctx context.Context, token int64, left, want int, lease time.Duration) (int, error) {
 	ctx, cancel := graceContext(ctx)
 	defer cancel()
-	for left > want {
-		n, _, err := m.release(ctx, wire.View{Token: token, Count: left}, lease)
-		switch {
-		case n < 0 && err == nil:
-			return 0, nil // gone meanwhile: nothing of it is left
-		case err == nil && n >= left:
-			err = errors.New("the server kept them")
-		}
-		if err != nil {
-			return left, fmt.Errorf("%w: counts this client did not know of remain (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err)
-		}
-		left = n
+	left, err := m.giveBackTo(ctx, wire.View{Token: token, Count: left}, want, lease)
+	if err != nil {
+		return left, fmt.Errorf("%w: counts this client did not know of remain (%v); no longer renewed, it frees itself within the lease", ErrLockLost, err)
 	}
 	return left, nil
 }
