@@ -555,14 +555,20 @@ func javaMayReenter(ops []*Op, a *Op) bool {
 }
 
 // disturbed reports whether something between w's queueing and until
-// may reorder w legitimately: a delete of its lock, a Close of its
-// client.
+// may reorder w legitimately: a delete or an eviction of its lock, a
+// Close of its client. w.Queued is when the reply that queued w came
+// back; the server queued w at some moment of its call before that, so a
+// delete or an eviction that ended after w's call started may have
+// dropped the entry that reply told of (the reply to an attempt the
+// server ran just before an eviction can reach its client after the
+// eviction's own reply has).
 func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 	for _, e := range ops {
-		if e.Call > until || e.Return < w.Queued {
+		if e.Call > until {
 			continue
 		}
-		if e.Kind.resetsQueue() && e.Lock == w.Lock || e.Kind == KindClose && e.Client == w.Client {
+		if e.Kind.resetsQueue() && e.Lock == w.Lock && e.Return >= w.Call ||
+			e.Kind == KindClose && e.Client == w.Client && e.Return >= w.Queued {
 			return true
 		}
 	}

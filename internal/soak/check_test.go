@@ -254,6 +254,25 @@ func TestCheckFIFO(t *testing.T) {
 	if got := checks(h)["fifo"]; got != 0 {
 		t.Errorf("after a Delete of the lock: %d FIFO violations, want 0", got)
 	}
+	// v's queueing reply came back 1 ms after an eviction's: the server may
+	// have queued v before the eviction dropped every queue (seed 7 of the
+	// eviction-only runs). An eviction before v's call drops nothing of v's.
+	for _, c := range []struct {
+		name    string
+		evicted time.Duration
+		want    int
+	}{
+		{"eviction during v's call, before its queueing reply", 19 * msec, 0},
+		{"eviction before v's call", 9 * msec, 1},
+	} {
+		h := NewHistory(1)
+		h.Add(&Op{Kind: KindEviction, Lock: "L", Client: "server", Call: c.evicted - 5*msec, Return: c.evicted, Released: true})
+		h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "v", Client: "cv", Call: 10 * msec, Queued: 20 * msec, Return: 500 * msec})
+		acquire(h, hold("L", "x", 5, 200*msec, 300*msec), 100*msec)
+		if got := checks(h)["fifo"]; got != c.want {
+			t.Errorf("%s: %d FIFO violations, want %d", c.name, got, c.want)
+		}
+	}
 
 	// w may have been handed the lock (token 2, which nobody returned
 	// with) and lost that grant to a ForceUnlock before it heard: it
