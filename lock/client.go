@@ -149,8 +149,9 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // the watchdog. Holds are not released: they end with ErrClosed on
 // Hold.Err and their locks free themselves when their leases run out.
 // Calls after Close return ErrClosed. With WithDescription, Close deletes
-// the client's description (waiting at most a second for Redis). Last,
-// Close closes the backend and returns what that returned.
+// the client's description (waiting at most a second for Redis). Then
+// Close closes the backend, and returns what that returned once the
+// client's goroutines have ended.
 func (c *Client) Close() error {
 	if !c.life.close() {
 		return nil
@@ -162,13 +163,18 @@ func (c *Client) Close() error {
 	c.listener.close()
 	c.watches.close()
 	c.dog.close()
+	// Before waiting for the goroutines beside the calls: a Subscribe on a
+	// subscription connection that stalls gives up only once the backend
+	// has taken its SUBSCRIBE back, which a closed backend does at once
+	// (Close took 4.3 s in TestStalledSubscriptionConnection otherwise).
+	err := c.b.Close()
 	c.life.goroutines.Wait()
 	c.attemptBound.close()
 	c.unlockBound.close()
 	for h, ref := range c.holds.takeAll() {
 		ref.o.end(h, ErrClosed)
 	}
-	return c.b.Close()
+	return err
 }
 
 // lifetime is the client's own state: open or closed, and the calls and

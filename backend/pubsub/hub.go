@@ -99,6 +99,11 @@ type Hub struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// ctx bounds the hub's own calls (SUBSCRIBE batches, UNSUBSCRIBEs,
+	// re-dials); Close cancels it first, so a call that stalls gives the
+	// wire back at once rather than at its timeout.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // listeners holds, by channel or key, the Subscriptions and the function
@@ -107,7 +112,10 @@ type listeners map[string]map[*backend.Subscription]func(backend.Event)
 
 // NewHub returns a Hub that opens its connection with dial on first use.
 func NewHub(dial Dialer) *Hub {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{
+		ctx:      ctx,
+		cancel:   cancel,
 		dial:     dial,
 		wire:     make(chan struct{}, 1),
 		subs:     make(listeners),
@@ -266,7 +274,7 @@ func (h *Hub) flush() {
 			h.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		ctx, cancel := context.WithTimeout(h.ctx, subscribeTimeout)
 		b := &subBatch{live: len(batch), cancel: cancel}
 		for _, r := range batch {
 			r.batch = b
@@ -418,17 +426,37 @@ func (h *Hub) listened(channel string) bool {
 	return len(h.subs[channel]) > 0
 }
 
-// unsubscribe stops delivery to s at once, then sends UNSUBSCRIBE when it
-// was the channel's last Subscription and no other has armed meanwhile.
+// unsubscribe stops delivery to s at once, then sends UNSUBSCRIBE, beside
+// the caller, when it was the channel's last Subscription and no other has
+// armed by the time the UNSUBSCRIBE can go out. Subscription.Close never
+// waits for the connection: a SUBSCRIBE that stalls holds the wire for up
+// to subscribeTimeout, and a Close that waited for it kept lock.Client's
+// Close waiting 9.3 s (TestStalledSubscriptionConnection). A SUBSCRIBE of
+// the channel made meanwhile takes the wire in turn, so the server ends up
+// subscribed exactly when a Subscription listens. Close waits for the
+// UNSUBSCRIBE, or stops it.
 func (h *Hub) unsubscribe(s *backend.Subscription) {
 	if !h.drop(h.subs, s) {
 		return
 	}
-	h.lockWireNoCtx()
-	defer h.unlockWire()
-	if h.conn != nil && !h.listened(s.Channel()) {
-		h.unsubscribeLocked(s.Channel())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
 	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		select {
+		case h.wire <- struct{}{}:
+		case <-h.stop:
+			return
+		}
+		defer h.unlockWire()
+		if h.conn != nil && !h.listened(s.Channel()) {
+			h.unsubscribeLocked(s.Channel())
+		}
+	}()
 }
 
 // unsubscribeLocked sends UNSUBSCRIBE (one per cluster slot on a hub that
@@ -437,7 +465,7 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 // away; the re-subscribe after reconnecting uses the current channel set,
 // without these. The caller holds the wire.
 func (h *Hub) unsubscribeLocked(channels ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+	ctx, cancel := context.WithTimeout(h.ctx, unsubscribeTimeout)
 	defer cancel()
 	for _, g := range h.groups(channels) {
 		_ = h.conn.Unsubscribe(ctx, g...)
@@ -600,7 +628,7 @@ func (h *Hub) Unsubscribed(channel string) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		ctx, cancel := context.WithTimeout(h.ctx, subscribeTimeout)
 		defer cancel()
 		h.lockWireNoCtx()
 		defer h.unlockWire()
@@ -727,7 +755,7 @@ func (h *Hub) watch(conn Conn, done <-chan error) {
 			h.unlockWire()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), maxRedial+time.Second)
+		ctx, cancel := context.WithTimeout(h.ctx, maxRedial+time.Second)
 		err := h.connectLocked(ctx)
 		cancel()
 		h.unlockWire()
@@ -744,6 +772,7 @@ func (h *Hub) watch(conn Conn, done <-chan error) {
 // Close closes the connection and stops re-dialing; Subscribe then returns
 // backend.ErrClosed. Open Subscriptions stop receiving events.
 func (h *Hub) Close() error {
+	h.cancel() // a call on the wire that stalls gives it back now
 	h.lockWireNoCtx()
 	if h.closed {
 		h.unlockWire()
