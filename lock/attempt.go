@@ -52,6 +52,9 @@ func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err
 			// cannot tell whether the lock is busy. (A deadline that had
 			// passed already, with the gate free, is a plain one.)
 			err = joinLine(err, ErrUnavailable, errOwnerWaits)
+			// Its caller may return before the call does (runBounded),
+			// and must say the same.
+			w.failing.Store(&err)
 		}
 	}()
 	err = w.o.withGate(ctx, func() error {

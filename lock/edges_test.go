@@ -213,6 +213,27 @@ func TestTryLock_BehindItsOwnersUnansweredAttempt_NotBusy(t *testing.T) {
 	}
 }
 
+// TestTryLock_BehindAGivenUpCallsAttempt_NotBusy: as above, but the call
+// whose attempt holds the owner's gate has returned already (its caller
+// gave up; the attempt goes on in the background). The TryLock's wait
+// runs out at the gate, and its cleanup waits behind that attempt too:
+// the soak saw "not acquired" then, during a server stopped for 7 s, while
+// nobody held the lock (seed 222134185089388, 637.2 s, the busy check).
+func TestTryLock_BehindAGivenUpCallsAttempt_NotBusy(t *testing.T) {
+	sent := make(chan struct{})
+	m := mutexOn(t, &sendingBackend{slowDownBackend: slowDownBackend{delay: 2 * time.Second}, sent: sent, key: "orders"})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := m.TryLock(ctx, 0); !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("the first TryLock, on a server that does not answer: %v, want ErrUnavailable", err)
+	}
+	<-sent // its attempt is in flight, in the owner's gate
+	_, err := m.TryLock(context.Background(), 100*time.Millisecond)
+	if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryLock behind the given-up call's unanswered attempt = %v, want ErrUnavailable, not ErrNotAcquired", err)
+	}
+}
+
 // TestLock_ReturnsByItsDeadline: a Lock whose context ends while its
 // attempt waits for a server that does not answer returns at that
 // deadline, not when the attempt does (here after 1.5 s); the attempt

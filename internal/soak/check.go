@@ -90,6 +90,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, v...)
 	r.Notices = lat
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
+	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
 	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
@@ -387,6 +388,86 @@ func checkErrors(ops []*Op, faults []Fault, stalls []Stall) []Violation {
 		}
 	}
 	return out
+}
+
+// checkBusy: ErrNotAcquired says the lock was busy - another owner held
+// it, or waited ahead in its queue, during the call. A call told so while
+// no other owner held the lock, waited for it, or may have left a hold or
+// a queue entry behind is a violation. What may linger: an acquire that
+// failed with its outcome unknown may have been granted (a hold nobody
+// returned with lasts up to a lease) or left its entry queued (up to a
+// waiter timeout); a hold that ended with its client's Close stays on the
+// server for its lease; a server restart may bring back, from its AOF, a
+// hold its owner released in the last second before the kill. So such
+// calls, holds and restarts count for a lease and a waiter timeout after
+// they ended.
+func checkBusy(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
+	linger := 3*(b.Tick-time.Second) + 6*time.Second // the client's lease, a waiter timeout, 1 s
+	byLock := map[string][]*Op{}
+	for _, op := range ops {
+		if op.Kind.acquire() {
+			byLock[op.Lock] = append(byLock[op.Lock], op)
+		}
+	}
+	heldBy := map[string][]*Hold{}
+	for _, hd := range holds {
+		heldBy[hd.Lock] = append(heldBy[hd.Lock], hd)
+	}
+	var out []Violation
+	for _, op := range ops {
+		if !op.NotAcq || op.Unavail || op.Java {
+			continue
+		}
+		if busy(op, byLock[op.Lock], heldBy[op.Lock], linger) || restartNear(faults, op, linger) {
+			continue
+		}
+		out = append(out, Violation{"errors", op.Lock, op.Return,
+			fmt.Sprintf("%v: not acquired, while no other owner held the lock or waited for it", op), []int{op.ID}})
+	}
+	return out
+}
+
+// busy reports whether another owner than op's held op's lock, waited
+// for it, or may have left a hold or an entry behind during op (acquires
+// and holds of op's lock).
+func busy(op *Op, acquires []*Op, holds []*Hold, linger time.Duration) bool {
+	for _, hd := range holds {
+		done, err := hd.Done()
+		if strings.Contains(err, closedErr) {
+			done += linger // Close keeps the hold on the server for its lease
+		}
+		if hd.Owner != op.Owner && hd.Called <= op.Return && (done == 0 || done >= op.Call) {
+			return true
+		}
+	}
+	for _, a := range acquires {
+		if a.Owner == op.Owner || a.Call > op.Return {
+			continue
+		}
+		until := a.Return
+		if a.Err != "" && !(a.NotAcq && !a.Unavail) {
+			until += linger // its outcome is unknown
+		}
+		if until >= op.Call {
+			return true
+		}
+	}
+	return false
+}
+
+// closedErr is the text of lock's ErrClosed, which ends the holds of a
+// client that closed: they stay on the server until their leases run out.
+const closedErr = "client closed"
+
+// restartNear reports whether the server restarted from linger before op
+// to its end.
+func restartNear(faults []Fault, op *Op, linger time.Duration) bool {
+	for _, f := range faults {
+		if f.Kind == FaultRestart && f.Start <= op.Return && f.End+linger >= op.Call {
+			return true
+		}
+	}
+	return false
 }
 
 // noReply is the text of lock's error for a call whose caller gave up with

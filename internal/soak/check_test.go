@@ -460,3 +460,47 @@ func TestCheckErrorsOwnerWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckBusy: ErrNotAcquired only when another owner held the lock,
+// waited for it, or may have left a hold or an entry behind.
+func TestCheckBusy(t *testing.T) {
+	sec := time.Second
+	notAcquired := func(h *History) {
+		h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "w", Client: "c", Call: 40 * sec, Return: 40*sec + msec, Err: "lock: not acquired", NotAcq: true})
+	}
+	for _, c := range []struct {
+		name  string
+		other func(h *History)
+		want  int
+	}{
+		{"nobody else", func(*History) {}, 1},
+		{"another owner holds", func(h *History) { acquire(h, hold("L", "x", 1, 39*sec, 41*sec), 39*sec-msec) }, 0},
+		{"another owner held, released before", func(h *History) { acquire(h, hold("L", "x", 1, 30*sec, 39*sec), 30*sec-msec) }, 1},
+		{"another owner waits", func(h *History) {
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "x", Client: "cx", Call: 39 * sec, Return: 42 * sec, Err: "context deadline exceeded", Canceled: true})
+		}, 0},
+		{"another owner's acquire failed, outcome unknown, 10 s before", func(h *History) {
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "x", Client: "cx", Call: 29 * sec, Return: 30 * sec, Err: "context deadline exceeded", Canceled: true})
+		}, 0},
+		{"another owner's acquire said busy, 10 s before (nobody held it for that one either)", func(h *History) {
+			h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "x", Client: "cx", Call: 29 * sec, Return: 30 * sec, Err: "lock: not acquired", NotAcq: true})
+		}, 2},
+		{"another owner's acquire failed a minute before", func(h *History) {
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "x", Client: "cx", Call: 0, Return: sec, Err: "context deadline exceeded", Canceled: true})
+		}, 1},
+		{"a server restart 5 s before", func(h *History) {
+			h.AddFault(Fault{Kind: FaultRestart, Target: "server", Start: 34 * sec, End: 35 * sec})
+		}, 0},
+		{"the same owner's own failed acquire", func(h *History) {
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "c", Call: 38 * sec, Return: 39 * sec, Err: "context deadline exceeded", Canceled: true})
+		}, 1},
+		{"another lock busy", func(h *History) { acquire(h, hold("M", "x", 1, 39*sec, 41*sec), 39*sec-msec) }, 1},
+	} {
+		h := NewHistory(1)
+		c.other(h)
+		notAcquired(h)
+		if got := checks(h)["errors"]; got != c.want {
+			t.Errorf("%s: %d error violations, want %d", c.name, got, c.want)
+		}
+	}
+}
