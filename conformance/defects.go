@@ -24,7 +24,51 @@ func defectCases() []testCase {
 		{name: "X11_GoWaiterQueuedLateBehindARedissonHeadKeepsItsPlace", run: testX11LateBehindRedissonHead},
 		{name: "X11_MixedSoakKeepsRedissonDeadlinesBounded", run: testX11MixedSoakDeadlines},
 		{name: "X11_StaleLivenessEntryDoesNotHideJavaWaiters", run: testX11StaleLivenessEntry},
+		{name: "X5_LeaveAfterRedissonDeleteLeavesNoLivenessEntry", run: testX5LeaveAfterRedissonDelete},
 	}
+}
+
+// testX5LeaveAfterRedissonDelete: a fairlock waiter second in line when
+// Redisson's delete() removes the queue, and that gives up before its
+// next heartbeat would queue it again, leaves no liveness entry behind:
+// delete() does not know fairlock's liveness zset, and leave.lua, finding
+// the owner queued nowhere, left its entry there, live, until the zset
+// expired (the soak found five, seed 203821236997882).
+func testX5LeaveAfterRedissonDelete(t *testing.T, s *suite) {
+	name := lockName(t)
+	rc := s.newRedisson(t)
+	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sp := s.newProc(t)
+	spy := sp.mutex(t, name)
+	head := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(30*time.Second))).mutex(t, name)
+	headCh := goAcquire(func() (*lock.Hold, error) { return head.Lock(ctxFor(t, 45*time.Second)) })
+	waitQueued(t, spy, 1)
+	second := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(30*time.Second))).mutex(t, name)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	secondCh := goAcquire(func() (*lock.Hold, error) { return second.Lock(ctx) })
+	waitQueued(t, spy, 2)
+	if err := rc.Lock(name, 1).Delete(ctxFor(t, eventually)); err != nil {
+		t.Fatal(err)
+	}
+	if _, score := serverNowAndScore(t, sp, name, second.Owner()); score != 0 {
+		t.Fatalf("delete() left the Redisson deadline of the second waiter: %d", score)
+	}
+	cancel() // before its heartbeat (10 s) queues it again
+	if r := await(t, secondCh, eventually, "the second waiter, cancelled"); r.err == nil {
+		t.Fatal("the second waiter got the lock")
+	}
+	rep := evalRaw(t, sp.b, `return redis.call('zscore', KEYS[4], ARGV[1]) or false`, keysOf(name), second.Owner())
+	if rep.Str != "" && rep.Str != "0" {
+		t.Errorf("the waiter that gave up after delete() left its liveness entry, live: %q", rep.Str)
+	}
+	// The head still takes the lock (at its heartbeat at the latest).
+	if r := await(t, headCh, 30*time.Second, "the head after delete()"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	mustUnlock(t, head)
 }
 
 // testB6ReenteredHandOver: a waiter handed the lock by message re-enters

@@ -9,7 +9,7 @@ var digests = map[string]string{
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",
 	"inspect":          "df8cf262ec32eaddcc35be557de3b1a1e374fed3",
-	"leave":            "93d9fb11d5bdc6456cfbddc797a371a202e6d8b5",
+	"leave":            "86b2dfc496378c3860a158991c33f582239b157f",
 	"prune":            "f0ddaa9d91a76b33a46d5e68d2240c78df436549",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
 	"renew":            "9932da9f0947181fce3322661d4b1902cc91cdae",

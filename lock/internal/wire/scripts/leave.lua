@@ -59,6 +59,11 @@ elseif redis.call('zscore', KEYS[3], me) then
     redis.call('zadd', KEYS[3], server_now(), me)
     redis.call('zadd', KEYS[4], left_mark, me)
   end
+else
+  -- Not queued: a Redisson delete() or purge took the entry and left the
+  -- liveness entry, which goes now (X5; the soak found five after a
+  -- delete() while they waited).
+  redis.call('zrem', KEYS[4], me)
 end
 if redis.call('hget', KEYS[1], me) == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
   -- A hand-over grant this owner's client has not taken up and no longer
