@@ -51,7 +51,9 @@ args=(-soak.seconds="$seconds" -soak.seed="$seed")
 [ -z "$adapters" ] || args+=(-soak.adapters="$adapters")
 [ -z "$without" ] || args+=(-soak.without="$without")
 set +e
-go test -race -count=1 -timeout "$((seconds + 300))s" -run '^TestSoak$' -v ./internal/soak/ -args "${args[@]}" >"$log" 2>&1
+# The checks and the saved history take minutes after a long run under the
+# race detector: 300 s was too little after 30 minutes.
+go test -race -count=1 -timeout "$((seconds + 300 + seconds / 2))s" -run '^TestSoak$' -v ./internal/soak/ -args "${args[@]}" >"$log" 2>&1
 rc=$?
 set -e
 grep -v '^soak: ' "$log" | grep -vE '^(=== RUN|--- PASS|PASS$|ok )' || true

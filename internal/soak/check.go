@@ -403,22 +403,13 @@ func checkErrors(ops []*Op, faults []Fault, stalls []Stall) []Violation {
 // they ended.
 func checkBusy(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
 	linger := 3*(b.Tick-time.Second) + 6*time.Second // the client's lease, a waiter timeout, 1 s
-	byLock := map[string][]*Op{}
-	for _, op := range ops {
-		if op.Kind.acquire() {
-			byLock[op.Lock] = append(byLock[op.Lock], op)
-		}
-	}
-	heldBy := map[string][]*Hold{}
-	for _, hd := range holds {
-		heldBy[hd.Lock] = append(heldBy[hd.Lock], hd)
-	}
+	others := busySpans(ops, holds, linger)
 	var out []Violation
 	for _, op := range ops {
 		if !op.NotAcq || op.Unavail || op.Java {
 			continue
 		}
-		if busy(op, byLock[op.Lock], heldBy[op.Lock], linger) || restartNear(faults, op, linger) {
+		if others[op.Lock].busy(op) || restartNear(faults, op, linger) {
 			continue
 		}
 		out = append(out, Violation{"errors", op.Lock, op.Return,
@@ -427,28 +418,74 @@ func checkBusy(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
 	return out
 }
 
-// busy reports whether another owner than op's held op's lock, waited
-// for it, or may have left a hold or an entry behind during op (acquires
-// and holds of op's lock).
-func busy(op *Op, acquires []*Op, holds []*Hold, linger time.Duration) bool {
+// span is a stretch of time when owner held a lock, waited for it, or may
+// have left a hold or an entry behind.
+type span struct {
+	owner       string
+	from, until time.Duration
+}
+
+// spans are one lock's, by start, with the latest end among each prefix
+// (reach), so that a search stops where no earlier span reaches.
+type spans struct {
+	s     []span
+	reach []time.Duration
+}
+
+// busySpans returns, by lock, the spans of every hold and acquire: a hold
+// from its acquire's call to its Done (a hold its client's Close ended,
+// or one never seen to end - a Java hold whose unlock failed - linger
+// longer); an acquire over its call, and linger longer when its outcome
+// is unknown.
+func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans {
+	by := map[string]*spans{}
+	add := func(lock string, sp span) {
+		if by[lock] == nil {
+			by[lock] = &spans{}
+		}
+		by[lock].s = append(by[lock].s, sp)
+	}
 	for _, hd := range holds {
 		done, err := hd.Done()
-		if strings.Contains(err, closedErr) {
+		switch {
+		case done == 0:
+			done = hd.Called + linger
+		case strings.Contains(err, closedErr):
 			done += linger // Close keeps the hold on the server for its lease
 		}
-		if hd.Owner != op.Owner && hd.Called <= op.Return && (done == 0 || done >= op.Call) {
-			return true
-		}
+		add(hd.Lock, span{hd.Owner, hd.Called, done})
 	}
-	for _, a := range acquires {
-		if a.Owner == op.Owner || a.Call > op.Return {
+	for _, a := range ops {
+		if !a.Kind.acquire() {
 			continue
 		}
 		until := a.Return
 		if a.Err != "" && !(a.NotAcq && !a.Unavail) {
 			until += linger // its outcome is unknown
 		}
-		if until >= op.Call {
+		add(a.Lock, span{a.Owner, a.Call, until})
+	}
+	for _, sp := range by {
+		sort.Slice(sp.s, func(i, j int) bool { return sp.s[i].from < sp.s[j].from })
+		sp.reach = make([]time.Duration, len(sp.s))
+		for i, x := range sp.s {
+			sp.reach[i] = x.until
+			if i > 0 {
+				sp.reach[i] = max(sp.reach[i], sp.reach[i-1])
+			}
+		}
+	}
+	return by
+}
+
+// busy reports whether another owner than op's has a span during op.
+func (sp *spans) busy(op *Op) bool {
+	if sp == nil {
+		return false
+	}
+	i := sort.Search(len(sp.s), func(i int) bool { return sp.s[i].from > op.Return }) - 1
+	for ; i >= 0 && sp.reach[i] >= op.Call; i-- {
+		if x := sp.s[i]; x.owner != op.Owner && x.until >= op.Call {
 			return true
 		}
 	}
