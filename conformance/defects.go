@@ -28,6 +28,17 @@ func defectCases() []testCase {
 	}
 }
 
+// heldByRedisson has thread 1 of a new Redisson client hold lock name for a
+// minute, and returns the client.
+func heldByRedisson(t *testing.T, s *suite, name string) *redissonClient {
+	t.Helper()
+	rc := s.newRedisson(t)
+	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
 // testX5LeaveAfterRedissonDelete: a fairlock waiter second in line when
 // Redisson's delete() removes the queue, and that gives up before its
 // next heartbeat would queue it again, leaves no liveness entry behind:
@@ -36,10 +47,7 @@ func defectCases() []testCase {
 // expired (the soak found five, seed 203821236997882).
 func testX5LeaveAfterRedissonDelete(t *testing.T, s *suite) {
 	name := lockName(t)
-	rc := s.newRedisson(t)
-	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	rc := heldByRedisson(t, s, name)
 	sp := s.newProc(t)
 	spy := sp.mutex(t, name)
 	head := withoutKeyWatch(s.newProc(t, lock.WithWaiterTimeout(30*time.Second))).mutex(t, name)
@@ -157,10 +165,7 @@ func testB6ReenteredHandOver(t *testing.T, s *suite) {
 // forgets the dropped entry's mark.
 func testB9LeftEntryDroppedByRedisson(t *testing.T, s *suite) {
 	name := lockName(t)
-	rc := s.newRedisson(t)
-	if err := rc.Lock(name, 1).LockWithLease(ctxFor(t, eventually), time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	rc := heldByRedisson(t, s, name)
 	sp := s.newProc(t)
 	spy := sp.mutex(t, name)
 	jx := goAcquire(func() (*lock.Hold, error) {
