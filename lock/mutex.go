@@ -217,6 +217,10 @@ func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 	switch {
 	case parent.Err() != nil && errors.Is(err, parent.Err()):
 		return m.errorf(err)
+	case parent.Err() != nil && ctx != parent && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable):
+		// TryLock's wait ran out, and the caller's context ended before
+		// the call returned: the wait's end is no server error.
+		return m.errorf(parent.Err())
 	case parent.Err() != nil:
 		return m.errorf(joinLine(parent.Err(), unavailable(err)))
 	case errors.Is(context.Cause(ctx), errWaitExpired) && errors.Is(err, ErrUnavailable):
