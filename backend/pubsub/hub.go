@@ -439,6 +439,16 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 	if !h.drop(h.subs, s) {
 		return
 	}
+	h.beside(func() {
+		if h.conn != nil && !h.listened(s.Channel()) {
+			h.unsubscribeLocked(s.Channel())
+		}
+	})
+}
+
+// beside runs f on the wire in a goroutine of the hub's, which Close waits
+// for: once the wire is free, or not at all when Close begins first.
+func (h *Hub) beside(f func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
@@ -453,9 +463,7 @@ func (h *Hub) unsubscribe(s *backend.Subscription) {
 			return
 		}
 		defer h.unlockWire()
-		if h.conn != nil && !h.listened(s.Channel()) {
-			h.unsubscribeLocked(s.Channel())
-		}
+		f()
 	}()
 }
 
@@ -620,22 +628,14 @@ func (h *Hub) Unsubscribed(channel string) {
 		h.lost(channel, set)
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		return
-	}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
+	h.beside(func() {
+		if h.closed || !h.listened(channel) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(h.ctx, subscribeTimeout)
 		defer cancel()
-		h.lockWireNoCtx()
-		defer h.unlockWire()
-		if !h.closed && h.listened(channel) {
-			_ = h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, channel) })
-		}
-	}()
+		_ = h.onConn(ctx, func(c Conn) error { return c.Subscribe(ctx, channel) })
+	})
 }
 
 // handOffAll hands every channel's Subscriptions to lost, once the
