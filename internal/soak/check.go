@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/lock"
 )
 
 // Bounds are the limits the checkers hold a history to. They are stated
@@ -494,7 +496,7 @@ func (sp *spans) busy(op *Op) bool {
 
 // closedErr is the text of lock's ErrClosed, which ends the holds of a
 // client that closed: they stay on the server until their leases run out.
-const closedErr = "client closed"
+var closedErr = lock.ErrClosed.Error()
 
 // restartNear reports whether the server restarted from linger before op
 // to its end.
