@@ -654,24 +654,40 @@ func overtook(a, w *Op) bool {
 }
 
 // javaMayReenter reports whether a, a Java acquire, may have re-entered a
-// hold its thread kept: an unlock of the thread failed (a server restarting,
-// say), so Redisson's count stayed up - every acquire since is a re-entry
-// and every unlock takes the count down to where it was - until something
-// ended the hold (a force unlock, a delete, a DEL by hand).
+// hold its thread kept, so that it overtook nobody:
+//   - an unlock of the thread failed (a server restarting, say), so
+//     Redisson's count stayed up - every acquire since is a re-entry and
+//     every unlock takes the count down to where it was - until something
+//     ended the hold (a force unlock, a delete, a DEL by hand);
+//   - an acquire of the thread failed with an unknown outcome (its
+//     connection reset while the reply was on its way): the server may
+//     have granted it, and its later acquires re-entered that hold, each
+//     keeping it for another lease, until the lease ran out or something
+//     ended it.
 func javaMayReenter(ops []*Op, a *Op) bool {
-	failed := time.Duration(-1)
+	var before []*Op
 	for _, op := range ops {
-		if op.Call >= a.Call || op.Lock != a.Lock {
-			continue
-		}
-		switch {
-		case op.Kind == KindJavaUnlock && op.Owner == a.Owner && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
-			failed = op.Call
-		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > failed:
-			failed = -1
+		if op.Call < a.Call && op.Lock == a.Lock {
+			before = append(before, op)
 		}
 	}
-	return failed >= 0
+	sort.Slice(before, func(i, j int) bool { return before[i].Call < before[j].Call })
+	kept := false              // an unlock failed
+	until := time.Duration(-1) // a grant of unknown outcome lives until then
+	for _, op := range before {
+		mine := op.Owner == a.Owner
+		switch {
+		case mine && op.Kind == KindJavaUnlock && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
+			kept = true
+		case mine && op.Kind.acquire() && op.Err != "" && !strings.HasPrefix(op.Err, "redisson:"):
+			until = max(until, op.Return+javaLease)
+		case mine && op.Kind.acquire() && op.Hold != nil && op.Call <= until:
+			until = max(until, op.Return+javaLease)
+		case op.Kind.ends() && op.Released && op.Err == "":
+			kept, until = false, -1
+		}
+	}
+	return kept || a.Call <= until
 }
 
 // disturbed reports whether something between w's queueing and until

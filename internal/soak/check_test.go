@@ -504,3 +504,40 @@ func TestCheckBusy(t *testing.T) {
 		}
 	}
 }
+
+// A Java acquire whose reply was lost (its connection reset) may have been
+// granted: the thread's later acquires re-entered that hold, overtaking
+// nobody, for as long as the hold lived (seed 73389739331330, 1,181.0 s:
+// four Go waiters "overtaken" by re-entries). Past its lease, or after a
+// failure that says the script refused, a quick grant still overtakes.
+func TestCheckFIFOJavaGrantOfUnknownOutcome(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		failed  time.Duration // when the failed acquire returned
+		err     string
+		granted time.Duration // when the Java thread's next acquire returned
+		want    int
+	}{
+		{"re-entry within the lease", 6 * msec, "read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", 101 * msec, 0},
+		{"after the lease", 6 * msec, "read tcp: connection reset by peer", 6*msec + javaLease + 101*msec, 1},
+		{"a refusal", 6 * msec, "redisson: attempt to unlock lock, not locked by current thread", 101 * msec, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			h.Add(&Op{Kind: KindJavaLock, Lock: "P", Owner: "j", Client: "java", Java: true, Call: 1 * msec, Return: c.failed, Err: c.err})
+			// The thread's next lock() comes back at once (a re-entry,
+			// or its queue entry first in line), before w queues.
+			first := &Hold{Lock: "P", Owner: "j", Client: "java", Java: true, Acquired: c.granted - 99*msec, Called: c.granted - 100*msec, Lease: javaLease}
+			h.AddHold(first)
+			h.Add(&Op{Kind: KindJavaLock, Lock: "P", Owner: "j", Client: "java", Java: true, Call: c.granted - 100*msec, Return: c.granted - 99*msec, Hold: first, New: true})
+			h.Add(&Op{Kind: KindJavaUnlock, Lock: "P", Owner: "j", Client: "java", Java: true, Call: c.granted - 60*msec, Return: c.granted - 59*msec, Hold: first})
+			h.Add(&Op{Kind: KindLock, Lock: "P", Owner: "w", Client: "cw", Call: c.granted - 95*msec, Queued: c.granted - 90*msec, Return: c.granted + 400*msec})
+			jh := &Hold{Lock: "P", Owner: "j", Client: "java", Java: true, Acquired: c.granted, Called: c.granted - msec, Lease: javaLease}
+			h.AddHold(jh)
+			h.Add(&Op{Kind: KindJavaTryLock, Lock: "P", Owner: "j", Client: "java", Java: true, Call: c.granted - msec, Return: c.granted, Hold: jh, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}

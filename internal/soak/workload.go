@@ -369,9 +369,13 @@ type javaOwner struct {
 	rnd  *rand.Rand
 }
 
+// javaLease is every Java hold's lease: Redisson's lock(leaseTime), no
+// watchdog.
+const javaLease = 5 * time.Second
+
 func (j *javaOwner) step(ctx context.Context) {
 	pause(ctx, j.rnd, 150*time.Millisecond)
-	lease := 5 * time.Second
+	lease := javaLease
 	op := &Op{Lock: j.name, Owner: j.l.Field, Client: "java", Java: true}
 	var held bool
 	var err error
