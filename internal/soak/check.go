@@ -672,22 +672,31 @@ func javaMayReenter(ops []*Op, a *Op) bool {
 		}
 	}
 	sort.Slice(before, func(i, j int) bool { return before[i].Call < before[j].Call })
-	kept := false              // an unlock failed
-	until := time.Duration(-1) // a grant of unknown outcome lives until then
+	kept := time.Duration(-1)   // an unlock failed then
+	until := time.Duration(-1)  // a grant of unknown outcome lives until then
+	grantBy := time.Duration(0) // and may have been granted as late as then
 	for _, op := range before {
 		mine := op.Owner == a.Owner
 		switch {
 		case mine && op.Kind == KindJavaUnlock && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
-			kept = true
+			kept = op.Call
 		case mine && op.Kind.acquire() && op.Err != "" && !strings.HasPrefix(op.Err, "redisson:"):
-			until = max(until, op.Return+javaLease)
+			until, grantBy = max(until, op.Return+javaLease), max(grantBy, op.Return)
 		case mine && op.Kind.acquire() && op.Hold != nil && op.Call <= until:
 			until = max(until, op.Return+javaLease)
 		case op.Kind.ends() && op.Released && op.Err == "":
-			kept, until = false, -1
+			// It ended what was there when it ran: a failed unlock's hold
+			// before it, a grant of unknown outcome only when that grant
+			// cannot have come after it.
+			if op.Call > kept {
+				kept = -1
+			}
+			if op.Call > grantBy {
+				until = -1
+			}
 		}
 	}
-	return kept || a.Call <= until
+	return kept >= 0 || a.Call <= until
 }
 
 // disturbed reports whether something between w's queueing and until

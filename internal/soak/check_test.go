@@ -521,10 +521,14 @@ func TestCheckFIFOJavaGrantOfUnknownOutcome(t *testing.T) {
 		{"re-entry within the lease", 6 * msec, "read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", 101 * msec, 0},
 		{"after the lease", 6 * msec, "read tcp: connection reset by peer", 6*msec + javaLease + 101*msec, 1},
 		{"a refusal", 6 * msec, "redisson: attempt to unlock lock, not locked by current thread", 101 * msec, 1},
+		// A ForceUnlock that ran while the failed call was still on its
+		// way (the seed's case) cannot have ended its grant.
+		{"a force unlock before the grant could come", 80 * msec, "read: connection reset by peer", 201 * msec, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := NewHistory(1)
 			h.Add(&Op{Kind: KindJavaLock, Lock: "P", Owner: "j", Client: "java", Java: true, Call: 1 * msec, Return: c.failed, Err: c.err})
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "P", Owner: "x", Client: "cx", Call: 3 * msec, Return: 4 * msec, Released: true})
 			// The thread's next lock() comes back at once (a re-entry,
 			// or its queue entry first in line), before w queues.
 			first := &Hold{Lock: "P", Owner: "j", Client: "java", Java: true, Acquired: c.granted - 99*msec, Called: c.granted - 100*msec, Lease: javaLease}
@@ -539,5 +543,38 @@ func TestCheckFIFOJavaGrantOfUnknownOutcome(t *testing.T) {
 				t.Errorf("%d FIFO violations, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// Each lock's history is checked in segments split at quiet moments; the
+// fencing counter carries over from one segment to the next.
+func TestCheckLinearizableSegments(t *testing.T) {
+	release := func(h *History, hd *Hold, call, ret time.Duration) {
+		hd.releasing(call)
+		hd.ended(ret, nil)
+		h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
+	}
+	h := NewHistory(1)
+	a := hold("L", "a", 5, 10*msec, 0)
+	acquire(h, a, 0)
+	release(h, a, 20*msec, 30*msec)
+	b := hold("L", "b", 3, 50*msec, 0) // a smaller token, in a later segment
+	acquire(h, b, 40*msec)
+	release(h, b, 60*msec, 70*msec)
+	lops, _, holdOf := linOps("L", h.ops, h.holds, DefaultBounds(15*time.Second))
+	if segs := segments(lops, holdOf); len(segs) != 2 {
+		t.Fatalf("%d segments, want 2 (a quiet moment between 30ms and 40ms)", len(segs))
+	}
+	if got := checks(h)["linearizable"]; got != 1 {
+		t.Errorf("a token that went backwards across segments: %d violations, want 1", got)
+	}
+	// A hold's release after a quiet moment keeps its grant in its segment.
+	h = NewHistory(1)
+	c := hold("L", "c", 1, 10*msec, 0)
+	acquire(h, c, 0)
+	release(h, c, 50*msec, 60*msec)
+	lops, _, holdOf = linOps("L", h.ops, h.holds, DefaultBounds(15*time.Second))
+	if segs := segments(lops, holdOf); len(segs) != 1 {
+		t.Errorf("a grant and its release 40 ms apart: %d segments, want 1", len(segs))
 	}
 }

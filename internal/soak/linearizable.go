@@ -41,9 +41,10 @@ type linState struct {
 	token  int64
 }
 
-func linModel() porcupine.Model {
+// linModel is one lock whose fencing counter stands at token at first.
+func linModel(token int64) porcupine.Model {
 	return porcupine.Model{
-		Init: func() any { return linState{} },
+		Init: func() any { return linState{token: token} },
 		Step: func(st, in, _ any) (bool, any) {
 			s, i := st.(linState), in.(linInput)
 			switch i.kind {
@@ -83,22 +84,24 @@ func linModel() porcupine.Model {
 
 // linOps turns the history of one lock into porcupine operations, and
 // says what each one is (an operation or a hold, as the history prints
-// it).
-func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) ([]porcupine.Operation, []string) {
+// it) and which hold it is of.
+func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) ([]porcupine.Operation, []string, []*Hold) {
 	var out []porcupine.Operation
 	var what []string
-	add := func(in linInput, call, ret time.Duration, w fmt.Stringer) {
+	var holdOf []*Hold
+	add := func(in linInput, call, ret time.Duration, w fmt.Stringer, h *Hold) {
 		out = append(out, porcupine.Operation{ClientId: len(out), Input: in, Call: int64(call), Return: int64(ret)})
 		what = append(what, w.String())
+		holdOf = append(holdOf, h)
 	}
 	released := map[*Hold]bool{}
 	for _, op := range ops {
 		switch {
 		case op.Lock != lock:
 		case op.Kind.acquire() && op.Hold != nil && op.New:
-			add(linInput{kind: linAcquire, owner: op.Owner, java: op.Java, token: op.Hold.Token}, op.Call, op.Return, op)
+			add(linInput{kind: linAcquire, owner: op.Owner, java: op.Java, token: op.Hold.Token}, op.Call, op.Return, op, op.Hold)
 		case op.Kind == KindUnlock && op.Final:
-			add(linInput{kind: linRelease, owner: op.Owner}, op.Call, op.Return, op)
+			add(linInput{kind: linRelease, owner: op.Owner}, op.Call, op.Return, op, op.Hold)
 			released[op.Hold] = true
 		}
 	}
@@ -108,9 +111,53 @@ func linOps(lock string, ops []*Op, holds []*Hold, b Bounds) ([]porcupine.Operat
 		}
 		// A hold may end (its lease runs out, someone force-unlocks it)
 		// before the reply granting it reaches its owner: from the call.
-		add(linInput{kind: linEnd, owner: h.Owner, java: h.Java, token: h.Token}, h.Called, endBy(h, b), endOf{h})
+		add(linInput{kind: linEnd, owner: h.Owner, java: h.Java, token: h.Token}, h.Called, endBy(h, b), endOf{h}, h)
 	}
-	return out, what
+	return out, what, holdOf
+}
+
+// segments splits a lock's operations at its quiet moments: every
+// operation before one returned before any after it was called, and no
+// hold has operations on both sides. Any order that explains the whole
+// history places everything before such a moment first, and there the
+// lock is free - or nothing after it takes or releases it, since only a
+// hold's own release or end frees it - with the fencing counter at the
+// largest Go token granted before it. So each segment, checked on its own
+// from that state, is legal when the whole history is: a segment found
+// illegal is a violation of the whole, and porcupine's search, exponential
+// in the operations that overlap, stays within one segment (a 30-minute
+// history of one busy lock in one piece was more than it could decide in a
+// minute, seed 73389739331330).
+func segments(lops []porcupine.Operation, holdOf []*Hold) [][]int {
+	spanEnd := map[*Hold]int64{}
+	for i, op := range lops {
+		if h := holdOf[i]; h != nil {
+			spanEnd[h] = max(spanEnd[h], op.Return)
+		}
+	}
+	order := make([]int, len(lops))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lops[order[a]].Call < lops[order[b]].Call })
+	var out [][]int
+	var cur []int
+	end := int64(-1 << 62)
+	for _, i := range order {
+		if len(cur) > 0 && lops[i].Call > end {
+			out = append(out, cur)
+			cur = nil
+		}
+		cur = append(cur, i)
+		end = max(end, lops[i].Return)
+		if h := holdOf[i]; h != nil {
+			end = max(end, spanEnd[h])
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // endBy is the latest a hold that was not released can have ended: when
@@ -147,22 +194,51 @@ func checkLinearizable(ops []*Op, holds []*Hold, b Bounds) ([]Violation, map[str
 	sort.Strings(names)
 	var out []Violation
 	visual := map[string][]byte{}
-	model := linModel()
 	for _, l := range names {
-		lops, what := linOps(l, ops, holds, b)
-		res, info := porcupine.CheckOperationsVerbose(model, lops, time.Minute)
-		switch res {
-		case porcupine.Illegal:
-			var buf bytes.Buffer
-			if err := porcupine.Visualize(model, info, &buf); err == nil {
-				visual[l] = buf.Bytes()
+		lops, what, holdOf := linOps(l, ops, holds, b)
+		if v, html := checkLock(l, lops, what, holdOf); v != nil {
+			out = append(out, *v)
+			if html != nil {
+				visual[l] = html
 			}
-			out = append(out, stuck(l, lops, what, info))
-		case porcupine.Unknown:
-			out = append(out, Violation{Check: "linearizable", Lock: l, At: lastCall(lops), Text: "porcupine could not decide within a minute"})
 		}
 	}
 	return out, visual
+}
+
+// checkLock runs porcupine on each segment of one lock's history, in
+// order, and returns the first violation, with porcupine's visualisation
+// of an illegal segment.
+func checkLock(l string, lops []porcupine.Operation, what []string, holdOf []*Hold) (*Violation, []byte) {
+	var token int64 // the counter after the segments checked
+	for _, seg := range segments(lops, holdOf) {
+		sops := make([]porcupine.Operation, len(seg))
+		swhat := make([]string, len(seg))
+		for j, i := range seg {
+			sops[j], swhat[j] = lops[i], what[i]
+			sops[j].ClientId = j
+		}
+		model := linModel(token)
+		res, info := porcupine.CheckOperationsVerbose(model, sops, time.Minute)
+		switch res {
+		case porcupine.Illegal:
+			var buf bytes.Buffer
+			var html []byte
+			if err := porcupine.Visualize(model, info, &buf); err == nil {
+				html = buf.Bytes()
+			}
+			v := stuck(l, sops, swhat, info)
+			return &v, html
+		case porcupine.Unknown:
+			return &Violation{Check: "linearizable", Lock: l, At: lastCall(sops), Text: fmt.Sprintf("porcupine could not decide within a minute on %d operations", len(sops))}, nil
+		}
+		for _, op := range sops {
+			if in := op.Input.(linInput); in.kind == linAcquire && !in.java {
+				token = max(token, in.token)
+			}
+		}
+	}
+	return nil, nil
 }
 
 func lastCall(ops []porcupine.Operation) time.Duration {
