@@ -724,23 +724,45 @@ func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 // the grant before it heard, which sends its call to the back of the
 // queue: a hand-over grant not taken up yet is a hold (B4), and a
 // ForceUnlock, a delete or a DEL by hand ends it (B8). The history shows
-// it as a fencing token nobody returned with, drawn while w waited before
-// a was granted, and a hold-ending call that removed something then.
+// it as a hold-ending call that removed something while w waited before
+// a was granted, and either a fencing token nobody returned with, drawn
+// then, or - when no Go grant returned after the call, so no later token
+// can show one missing (a run's end) - no hold the history knows of that
+// the call could have removed.
 func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
 	gap := false
 	for i := 1; i < len(byToken) && !gap; i++ {
 		prev, next := byToken[i-1], byToken[i]
 		gap = next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return
 	}
-	if !gap {
-		return false
+	var lastGo time.Duration // the last Go grant's return
+	for _, g := range byToken {
+		lastGo = max(lastGo, g.Return)
 	}
 	for _, e := range ops {
-		if e.Kind.ends() && e.Lock == w.Lock && e.Released && e.Err == "" && e.Return > w.Queued && e.Call < a.Return {
+		if e.Kind.ends() && e.Lock == w.Lock && e.Released && e.Err == "" && e.Return > w.Queued && e.Call < a.Return &&
+			(gap || lastGo < e.Call && removedUnseen(ops, e)) {
 			return true
 		}
 	}
 	return false
+}
+
+// removedUnseen reports whether e, a hold-ending call that removed a
+// holder, ran while no hold of its lock that its owner knew of before e
+// was called lasted: it removed a grant nobody had returned with (or one
+// on its way back).
+func removedUnseen(ops []*Op, e *Op) bool {
+	for _, op := range ops {
+		if op.Lock != e.Lock || op.Hold == nil || !op.New || op.Return >= e.Call {
+			continue
+		}
+		done, _ := op.Hold.Done()
+		if done == 0 || done >= e.Call {
+			return false
+		}
+	}
+	return true
 }
 
 // queuedSince returns the earliest time a's owner may have been queued

@@ -578,3 +578,34 @@ func TestCheckLinearizableSegments(t *testing.T) {
 		t.Errorf("a grant and its release 40 ms apart: %d segments, want 1", len(segs))
 	}
 }
+
+// At a run's end no later Go grant can show the token of a grant a
+// ForceUnlock removed before its waiter heard (B8): a removal while no
+// known hold was there is that evidence (seed 82645767136765, the cluster
+// run's last 250 ms: a Java lock() granted after the waiter lost its
+// grant).
+func TestCheckFIFOGrantEndedAtTheEnd(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		known bool // x's hold still there when the ForceUnlock ran
+		want  int
+	}{
+		{"nothing known to remove", false, 0},
+		{"a known hold removed", true, 1},
+	} {
+		h := NewHistory(1)
+		done := 100 * msec
+		if c.known {
+			done = 170 * msec
+		}
+		acquire(h, hold("L", "x", 1, 15*msec, done), 0)
+		h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 10 * msec, Queued: 20 * msec, Return: 500 * msec, Err: "context canceled", Canceled: true})
+		h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Call: 150 * msec, Return: 160 * msec, Released: true})
+		jh := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: 200 * msec, Called: 120 * msec, Lease: javaLease}
+		h.AddHold(jh)
+		h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 120 * msec, Return: 200 * msec, Hold: jh, New: true})
+		if got := checks(h)["fifo"]; got != c.want {
+			t.Errorf("%s: %d FIFO violations, want %d", c.name, got, c.want)
+		}
+	}
+}
