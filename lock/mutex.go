@@ -211,8 +211,8 @@ func acquireOutcome(err error, count int) observe.Outcome {
 // caller's context error (with the last connection error, if any) when
 // that ended; when TryLock's own wait ran out, ErrNotAcquired - or
 // ErrUnavailable with the last connection error, when the last attempt
-// could not reach the server; else err, marked ErrUnavailable when it is
-// a connection error.
+// could not reach the server, or the call's own error when it ended on
+// one; else err, marked ErrUnavailable when it is a connection error.
 func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 	switch {
 	case parent.Err() != nil && errors.Is(err, parent.Err()):
@@ -225,7 +225,10 @@ func (m *Mutex) waitErr(parent, ctx context.Context, err error) error {
 		return m.errorf(joinLine(parent.Err(), unavailable(err)))
 	case errors.Is(context.Cause(ctx), errWaitExpired) && errors.Is(err, ErrUnavailable):
 		return m.errorf(fmt.Errorf("%w (wait ran out)", lastCause(err)))
-	case errors.Is(context.Cause(ctx), errWaitExpired):
+	case errors.Is(context.Cause(ctx), errWaitExpired) && errors.Is(err, ctx.Err()):
+		// The wait ran out with the owner queued. An error of its own -
+		// a grant fewer replicas acknowledged (ErrNotReplicated), say,
+		// whose reply came after the wait's end - says more than "busy".
 		return m.errorf(ErrNotAcquired)
 	case m.c.life.isClosed() && !errors.Is(err, ErrClosed):
 		return m.errorf(joinLine(ErrClosed, err))
