@@ -26,6 +26,13 @@ func acquire(h *History, hd *Hold, call time.Duration) *Op {
 	return h.Add(&Op{Kind: KindLock, Lock: hd.Lock, Owner: hd.Owner, Client: hd.Client, Call: call, Return: hd.Acquired, Hold: hd, New: true})
 }
 
+// releaseHold records hd's owner's last Unlock, from call to ret.
+func releaseHold(h *History, hd *Hold, call, ret time.Duration) {
+	hd.releasing(call)
+	hd.ended(ret, nil)
+	h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
+}
+
 func checks(h *History) map[string]int {
 	got := map[string]int{}
 	for _, v := range Check(h, DefaultBounds(15*time.Second)).Violations {
@@ -317,18 +324,13 @@ func TestCheckFIFO(t *testing.T) {
 }
 
 func TestCheckLinearizable(t *testing.T) {
-	release := func(h *History, hd *Hold, call, ret time.Duration) {
-		hd.releasing(call)
-		hd.ended(ret, nil)
-		h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
-	}
 	good := NewHistory(1)
 	a := hold("L", "a", 1, 10*msec, 0)
 	acquire(good, a, 0)
-	release(good, a, 20*msec, 30*msec)
+	releaseHold(good, a, 20*msec, 30*msec)
 	b := hold("L", "b", 2, 50*msec, 0)
 	acquire(good, b, 40*msec)
-	release(good, b, 60*msec, 70*msec)
+	releaseHold(good, b, 60*msec, 70*msec)
 	if got := checks(good)["linearizable"]; got != 0 {
 		t.Errorf("one holder at a time: %d violations", got)
 	}
@@ -337,8 +339,8 @@ func TestCheckLinearizable(t *testing.T) {
 	acquire(bad, a, 0)
 	b = hold("L", "b", 2, 50*msec, 0)
 	acquire(bad, b, 40*msec)
-	release(bad, a, 60*msec, 70*msec) // a released a lock b held meanwhile
-	release(bad, b, 80*msec, 90*msec)
+	releaseHold(bad, a, 60*msec, 70*msec) // a released a lock b held meanwhile
+	releaseHold(bad, b, 80*msec, 90*msec)
 	r := Check(bad, DefaultBounds(15*time.Second))
 	n := 0
 	for _, v := range r.Violations {
@@ -363,7 +365,7 @@ func TestCheckLinearizable(t *testing.T) {
 	acquire(early, a, 0)
 	b = hold("L", "b", 2, 90*msec, 0)
 	acquire(early, b, 20*msec)
-	release(early, b, 120*msec, 130*msec)
+	releaseHold(early, b, 120*msec, 130*msec)
 	if got := checks(early)["linearizable"]; got != 0 {
 		t.Errorf("a hold that ended before its grant's reply: %d violations", got)
 	}
@@ -549,18 +551,13 @@ func TestCheckFIFOJavaGrantOfUnknownOutcome(t *testing.T) {
 // Each lock's history is checked in segments split at quiet moments; the
 // fencing counter carries over from one segment to the next.
 func TestCheckLinearizableSegments(t *testing.T) {
-	release := func(h *History, hd *Hold, call, ret time.Duration) {
-		hd.releasing(call)
-		hd.ended(ret, nil)
-		h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
-	}
 	h := NewHistory(1)
 	a := hold("L", "a", 5, 10*msec, 0)
 	acquire(h, a, 0)
-	release(h, a, 20*msec, 30*msec)
+	releaseHold(h, a, 20*msec, 30*msec)
 	b := hold("L", "b", 3, 50*msec, 0) // a smaller token, in a later segment
 	acquire(h, b, 40*msec)
-	release(h, b, 60*msec, 70*msec)
+	releaseHold(h, b, 60*msec, 70*msec)
 	lops, _, holdOf := linOps("L", h.ops, h.holds, DefaultBounds(15*time.Second))
 	if segs := segments(lops, holdOf); len(segs) != 2 {
 		t.Fatalf("%d segments, want 2 (a quiet moment between 30ms and 40ms)", len(segs))
@@ -572,7 +569,7 @@ func TestCheckLinearizableSegments(t *testing.T) {
 	h = NewHistory(1)
 	c := hold("L", "c", 1, 10*msec, 0)
 	acquire(h, c, 0)
-	release(h, c, 50*msec, 60*msec)
+	releaseHold(h, c, 50*msec, 60*msec)
 	lops, _, holdOf = linOps("L", h.ops, h.holds, DefaultBounds(15*time.Second))
 	if segs := segments(lops, holdOf); len(segs) != 1 {
 		t.Errorf("a grant and its release 40 ms apart: %d segments, want 1", len(segs))
