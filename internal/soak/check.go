@@ -665,17 +665,14 @@ func overtook(a, w *Op) bool {
 //     keeping it for another lease, until the lease ran out or something
 //     ended it.
 func javaMayReenter(ops []*Op, a *Op) bool {
-	var before []*Op
-	for _, op := range ops {
-		if op.Call < a.Call && op.Lock == a.Lock {
-			before = append(before, op)
-		}
-	}
-	sort.Slice(before, func(i, j int) bool { return before[i].Call < before[j].Call })
 	kept := time.Duration(-1)   // an unlock failed then
 	until := time.Duration(-1)  // a grant of unknown outcome lives until then
 	grantBy := time.Duration(0) // and may have been granted as late as then
-	for _, op := range before {
+	// ops are in call order (queuedSince searches them so too).
+	for _, op := range ops[:sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call })] {
+		if op.Lock != a.Lock {
+			continue
+		}
 		mine := op.Owner == a.Owner
 		switch {
 		case mine && op.Kind == KindJavaUnlock && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
