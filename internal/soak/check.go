@@ -40,6 +40,10 @@ type Bounds struct {
 	// twice the waiter timeout before the next waiter's heartbeat finds
 	// it dead, plus Free.
 	FreeFault time.Duration
+	// Lease is the Go clients' lease the bounds are made for (Tick's
+	// third); on a cluster, how long after a failover's end a grant it
+	// forgot may still show (the documented exceptions).
+	Lease time.Duration
 }
 
 // DefaultBounds are the soak's bounds for a client lease.
@@ -47,7 +51,7 @@ func DefaultBounds(lease time.Duration) Bounds {
 	const waiterTimeout = 5 * time.Second // lock's default, which the soak keeps
 	free := waiterTimeout/3 + time.Second
 	return Bounds{Notice: 250 * time.Millisecond, Tick: lease/3 + time.Second, Return: 300 * time.Millisecond, Close: 5 * time.Second,
-		Free: free, FreeFault: 2*waiterTimeout + free}
+		Free: free, FreeFault: 2*waiterTimeout + free, Lease: lease}
 }
 
 // Violation is one broken promise.

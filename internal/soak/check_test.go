@@ -2,6 +2,7 @@ package soak
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,6 +380,7 @@ func TestSavedHistory(t *testing.T) {
 	acquire(h, hold("L", "b", 2, 40*msec, 50*msec), 30*msec)
 	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Call: 35 * msec, Return: 36 * msec, Released: true})
 	h.AddFault(Fault{Kind: FaultPause, Target: "server", Start: 5 * msec, End: 6 * msec})
+	h.AddFault(Fault{Kind: FaultFailover, Target: "server", Start: 20 * msec, End: 25 * msec, Locks: []string{"L", "M"}})
 	b := DefaultBounds(15 * time.Second)
 	path := filepath.Join(t.TempDir(), "h.json.gz")
 	if err := h.Save(path, b); err != nil {
@@ -388,8 +390,12 @@ func TestSavedHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gb != b || got.Seed != 42 || len(got.Ops()) != 3 || len(got.Holds()) != 2 || len(got.Faults()) != 1 {
+	if gb != b || got.Seed != 42 || len(got.Ops()) != 3 || len(got.Holds()) != 2 || len(got.Faults()) != 2 {
 		t.Fatalf("loaded: bounds %+v seed %d, %d ops, %d holds, %d faults", gb, got.Seed, len(got.Ops()), len(got.Holds()), len(got.Faults()))
+	}
+	if f := got.Faults()[1]; !slices.Equal(f.Locks, []string{"L", "M"}) || gb.Lease != 15*time.Second {
+		// TestRecheck splits a cluster run's exceptions off by them.
+		t.Errorf("loaded: failover %+v, lease %v", f, gb.Lease)
 	}
 	for i, op := range got.Ops() {
 		if want := h.Ops()[i]; op.String() != want.String() || (op.Hold == nil) != (want.Hold == nil) || op.Hold != nil && op.Hold.String() != want.Hold.String() {

@@ -102,7 +102,7 @@ func RunCluster(t *testing.T, cfg Config) Result {
 	w.finish()
 	c.WaitSettled(t)
 	res := w.result(t, admin, nm.count)
-	res.Report.Violations, res.Exceptions = splitExceptions(w.h, res.Report.Violations, nm.failovers, res.Bounds, cfg.Lease)
+	res.Report.Violations, res.Exceptions = splitExceptions(w.h, res.Report.Violations, res.Bounds)
 	return res
 }
 
@@ -127,28 +127,20 @@ func allKeys(ctx context.Context, raw redis.UniversalClient) ([]string, error) {
 	return keys, err
 }
 
-// failover is a primary that failed over, asked for or not: the fault,
-// and the locks whose slot that primary served.
-type failover struct {
-	Fault
-	Locks []string
-}
-
 // placement maps each lock to the primary that serves its slot.
 type placement map[string]*redistest.Server
 
 // clusterNemesis injects one cluster fault at a time, on the primary of
 // a shared lock's slot, and notices failovers nobody asked for.
 type clusterNemesis struct {
-	t         *testing.T
-	h         *History
-	c         *redistest.Cluster
-	names     []string // every lock
-	rnd       *rand.Rand
-	count     map[FaultKind]int
-	failovers []failover
-	placed    placement     // after the last step
-	placedAt  time.Duration // when placed was read
+	t        *testing.T
+	h        *History
+	c        *redistest.Cluster
+	names    []string // every lock
+	rnd      *rand.Rand
+	count    map[FaultKind]int
+	placed   placement     // after the last step
+	placedAt time.Duration // when placed was read
 }
 
 // newClusterNemesis returns a nemesis for cluster c and the locks names.
@@ -195,12 +187,12 @@ func (n *clusterNemesis) step(left time.Duration) {
 		primary.Resume(n.t)
 	}
 	f.End = n.h.Now()
+	if f.Kind == FaultFailover {
+		f.Locks = on(before, primary)
+		n.t.Logf("soak: failover of %s [%s, %s]: %s", primary.Addr(), ms(f.Start), ms(f.End), strings.Join(f.Locks, ", "))
+	}
 	n.h.AddFault(f)
 	n.count[f.Kind]++
-	if f.Kind == FaultFailover {
-		n.failovers = append(n.failovers, failover{Fault: f, Locks: on(before, primary)})
-		n.t.Logf("soak: failover of %s [%s, %s]: %s", primary.Addr(), ms(f.Start), ms(f.End), strings.Join(on(before, primary), ", "))
-	}
 	n.placed = n.placement()
 	n.unasked(expect, n.placed, f.Start)
 	n.placedAt = n.h.Now()
@@ -269,10 +261,9 @@ func (n *clusterNemesis) unasked(expect, got placement, from time.Duration) {
 		return
 	}
 	sort.Strings(locks)
-	f := Fault{Kind: FaultUnasked, Target: "server", Start: from, End: n.h.Now()}
+	f := Fault{Kind: FaultUnasked, Target: "server", Start: from, End: n.h.Now(), Locks: locks}
 	n.h.AddFault(f)
 	n.count[f.Kind]++
-	n.failovers = append(n.failovers, failover{Fault: f, Locks: locks})
 	n.t.Logf("soak: a failover nobody asked for, between %s and %s: %s moved", ms(f.Start), ms(f.End), strings.Join(locks, ", "))
 }
 
@@ -300,17 +291,23 @@ func withAcks(client string) bool { return strings.Contains(client, ackMark) }
 
 // exceptionRule judges violations against the failovers of one run.
 type exceptionRule struct {
-	failovers []failover
+	failovers []Fault
 	bounds    Bounds
 	reach     time.Duration // after a failover's end, how long a forgotten grant may still show: the lease
 	byID      map[int]*Op
 	holds     []*Hold
 }
 
-// splitExceptions splits vs, the violations h was found with, into those
-// that stay violations and the documented exceptions of failovers.
-func splitExceptions(h *History, vs []Violation, failovers []failover, b Bounds, lease time.Duration) (violations, exceptions []Violation) {
-	x := exceptionRule{failovers: failovers, bounds: b, reach: lease, byID: map[int]*Op{}, holds: h.Holds()}
+// splitExceptions splits vs, the violations h was found with against b,
+// into those that stay violations and the documented exceptions of h's
+// failovers (asked for or not).
+func splitExceptions(h *History, vs []Violation, b Bounds) (violations, exceptions []Violation) {
+	x := exceptionRule{bounds: b, reach: b.Lease, byID: map[int]*Op{}, holds: h.Holds()}
+	for _, f := range h.Faults() {
+		if f.Kind == FaultFailover || f.Kind == FaultUnasked {
+			x.failovers = append(x.failovers, f)
+		}
+	}
 	for _, op := range h.Ops() {
 		x.byID[op.ID] = op
 	}
@@ -323,6 +320,16 @@ func splitExceptions(h *History, vs []Violation, failovers []failover, b Bounds,
 		}
 	}
 	return violations, exceptions
+}
+
+// hasFailovers reports whether h records a failover, asked for or not.
+func hasFailovers(h *History) bool {
+	for _, f := range h.Faults() {
+		if f.Kind == FaultFailover || f.Kind == FaultUnasked {
+			return true
+		}
+	}
+	return false
 }
 
 // excuses reports whether v is the documented exception.

@@ -11,13 +11,13 @@ import (
 // just after the first grant, made by a client without replica acks, and
 // before the second; otherwise they are violations. Without a server.
 func TestClusterExceptions(t *testing.T) {
-	onLock := func(lock string, start time.Duration) []failover {
-		return []failover{{Fault: Fault{Kind: FaultFailover, Target: "server", Start: start, End: start + 400*msec}, Locks: []string{lock}}}
+	onLock := func(lock string, start time.Duration) []Fault {
+		return []Fault{{Kind: FaultFailover, Target: "server", Start: start, End: start + 400*msec, Locks: []string{lock}}}
 	}
 	for _, c := range []struct {
 		name      string
 		holder    string // the first holder's client
-		failovers []failover
+		failovers []Fault
 		exception bool
 	}{
 		{"no failover", "c#0", nil, false},
@@ -36,11 +36,11 @@ func TestClusterExceptions(t *testing.T) {
 			acquire(h, first, 0)
 			acquire(h, hold("L", "b", 5, 2010*msec, 3*time.Second), 2000*msec)
 			for _, f := range c.failovers {
-				h.AddFault(f.Fault)
+				h.AddFault(f)
 			}
 			b := DefaultBounds(15 * time.Second)
 			all := Check(h, b).Violations
-			violations, exceptions := splitExceptions(h, all, c.failovers, b, 15*time.Second)
+			violations, exceptions := splitExceptions(h, all, b)
 			if exceptions == nil {
 				t.Fatal("exceptions nil: a cluster run counts them, even when none")
 			}

@@ -208,6 +208,10 @@ type Fault struct {
 	Kind       FaultKind
 	Target     string
 	Start, End time.Duration
+	// Locks, for a failover (asked for or not), are the locks whose slot
+	// the failed primary served: a saved history keeps them, so that
+	// TestRecheck tells the documented exceptions (RULES.md X9) apart.
+	Locks []string `json:",omitempty"`
 }
 
 // History is everything a run recorded. It is safe for concurrent use
