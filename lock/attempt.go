@@ -88,14 +88,24 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 	}
 	w.call.Retry = false
 	err = w.retry.do(ctx, func() (err error) {
-		w.call.View, w.call.HoldLease = w.o.attemptView()
-		w.sentSeq = w.m.c.wakes.seq()
-		sent = time.Now()
-		w.inFlight.Store(true)
-		r, err = w.evalAcquire(ctx, sent)
-		w.noteFailure(err)
-		w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
-		return err
+		// Twice at most: a request naming a hold the server no longer has
+		// is refused (r.Gone), the hold ends, and the next names none.
+		for range 2 {
+			w.call.View, w.call.HoldLease = w.o.attemptView()
+			w.sentSeq = w.m.c.wakes.seq()
+			sent = time.Now()
+			w.inFlight.Store(true)
+			r, err = w.evalAcquire(ctx, sent)
+			w.noteFailure(err)
+			w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
+			if err != nil || !r.Gone {
+				return err
+			}
+			w.o.gone(w.call.View)
+			// The next request, naming no hold, has not run before.
+			w.call.Retry = false
+		}
+		return fmt.Errorf("%w: acquire refused twice for a hold it no longer names", ErrUnexpectedReply)
 	})
 	return r, sent, err
 }

@@ -209,7 +209,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	if o.hold != nil {
 		// The server replaced it (it had ended there: lease ran out or
 		// forced), so the client's hold was already lost.
-		why = fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost)
+		why = errHoldGone
 		replaced = o.endLocked(why)
 	}
 	o.mu.Unlock()
@@ -221,6 +221,23 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	return o.start(r.Token, r.Count, sent, lease, lease, watchdog, false)
 }
+
+// gone applies an acquire reply saying the hold the request named
+// (sentView) is gone from the server - its lease ran out, or it was
+// forced or deleted - and nothing was granted: that hold, if still live,
+// ends as lost, and the caller asks again naming none.
+func (o *owner) gone(sentView wire.View) {
+	o.mu.Lock()
+	if o.hold == nil || o.hold.token != sentView.Token {
+		o.mu.Unlock()
+		return
+	}
+	o.finish(errHoldGone)
+}
+
+// errHoldGone: an acquire call found the hold it named gone from the
+// server.
+var errHoldGone = fmt.Errorf("%w: the server no longer had it when this owner acquired again", ErrLockLost)
 
 // errEndedReentry: a re-entry's reply for a hold that ended while it was
 // on its way.

@@ -324,3 +324,92 @@ func TestUnlock_GivesBackALateReentry(t *testing.T) {
 		t.Errorf("the next Lock returned the released hold (same %v, token %d)", h2 == h, h2.Token())
 	}
 }
+
+// TestLateReentryAfterTheLastUnlock_TakesNothing: a re-entry whose caller
+// gave up with its request unanswered, run by the server only after the
+// owner's last Unlock had released the hold, found no lock and was granted
+// a new hold nobody tracked: the lock stayed held for that lease, a
+// stranger to its owner (RELIABILITY.md's open finding, reasoned from
+// TestUnlock_GivesBackALateReentry). A request naming a hold the server
+// no longer has is refused now: the late request takes nothing.
+func TestLateReentryAfterTheLastUnlock_TakesNothing(t *testing.T) {
+	b := &lateReentry{release: make(chan struct{}), run: make(chan func(), 1)}
+	_, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
+	m := newTestMutex(t, c, "late-reentry-after-unlock")
+	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	h, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.armed.Store(true)
+	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	_, err = m.Lock(short)
+	cancel()
+	if err == nil {
+		t.Fatal("the re-entry whose request was held back succeeded")
+	}
+	close(b.release)
+	redistest.Eventually(t, 5*time.Second, "the undo's leave", func() bool { return b.leaves.Load() > 0 })
+	if err := m.Unlock(bg); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if !errors.Is(h.Err(), ErrReleased) {
+		t.Errorf("the hold after its last Unlock: %v, want ErrReleased", h.Err())
+	}
+	(<-b.run)() // the server runs the re-entry only now, after the Unlock
+	if st, err := m.Inspect(bg, 0); err != nil || st.Locked() {
+		t.Errorf("a late re-entry took the lock its owner had released: %+v, %v", st.Holders, err)
+	}
+}
+
+// goneReplies counts acquire replies saying the hold the request named is
+// gone from the server.
+type goneReplies struct {
+	backend.Backend
+	gone atomic.Int64
+}
+
+func (b *goneReplies) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	rep, err := b.Backend.Eval(ctx, s, keys, args)
+	if s.Name == "acquire" && err == nil {
+		if v, _ := rep.AsInts(); len(v) == 1 && v[0] == 2 {
+			b.gone.Add(1)
+		}
+	}
+	return rep, err
+}
+
+// TestReentryOfAHoldGoneFromTheServer: a re-entry naming a hold the server
+// no longer has - its lock hash deleted by hand, which a client watching
+// no keys hears of only at the watchdog's next check - is refused; the
+// client ends that hold as lost at once and acquires afresh, a new hold
+// with a new token and count 1.
+func TestReentryOfAHoldGoneFromTheServer(t *testing.T) {
+	b := &goneReplies{}
+	srv, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
+	m := newTestMutex(t, c, "reentry-of-a-gone-hold")
+	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	h, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "DEL", "reentry-of-a-gone-hold") // the lock hash
+	h2, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(h.Err(), ErrLockLost) {
+		t.Errorf("the hold gone from the server: %v, want ErrLockLost", h.Err())
+	}
+	if h2 == h || h2.Token() <= h.Token() {
+		t.Errorf("after the refusal: same hold %v, token %d (was %d)", h2 == h, h2.Token(), h.Token())
+	}
+	if err := m.Unlock(bg); err != nil || !errors.Is(h2.Err(), ErrReleased) {
+		t.Errorf("one Unlock of the new hold (count 1): %v, hold %v", err, h2.Err())
+	}
+	if n := b.gone.Load(); n != 1 {
+		t.Errorf("%d refusals of the re-entry, want 1", n)
+	}
+}

@@ -56,12 +56,17 @@ type AcquireReply struct {
 	Position int           // waiting: the 1-based position when this call queued the owner, else 0
 	Head     bool          // waiting: the owner is first in line
 	Now      int64         // waiting: the server's time, µs
+	// Gone says the hold the request named (View) is gone from the
+	// server: nothing was granted or queued.
+	Gone bool
 }
 
 // DecodeAcquire decodes acquire.lua's reply.
 func DecodeAcquire(rep backend.Reply) (AcquireReply, error) {
 	v, err := rep.AsInts()
 	switch {
+	case err == nil && len(v) == 1 && v[0] == 2:
+		return AcquireReply{Gone: true}, nil
 	case err == nil && len(v) == 3 && v[0] == 1:
 		return AcquireReply{Acquired: true, Token: v[1], Count: int(v[2])}, nil
 	case err == nil && len(v) == 3 && v[0] == 0: // "once" mode

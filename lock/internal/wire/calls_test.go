@@ -85,6 +85,9 @@ func TestDecodeReplies(t *testing.T) {
 	if got, err := DecodeAcquire(ints(0, 30, 2, 1, 99)); err != nil || got != (AcquireReply{Hint: 30 * time.Millisecond, Position: 2, Head: true, Now: 99}) {
 		t.Errorf("queued: %+v, %v", got, err)
 	}
+	if got, err := DecodeAcquire(ints(2)); err != nil || got != (AcquireReply{Gone: true}) {
+		t.Errorf("named hold gone: %+v, %v", got, err)
+	}
 	if n, err := DecodeUnlock(backend.IntReply(-1)); err != nil || n != -1 {
 		t.Errorf("unlock not held: %d, %v", n, err)
 	}
@@ -96,6 +99,7 @@ func TestDecodeReplies(t *testing.T) {
 	}
 	bad := []func() error{
 		func() error { _, err := DecodeAcquire(ints(1, 7)); return err },
+		func() error { _, err := DecodeAcquire(ints(1)); return err },
 		func() error { _, err := DecodeAcquire(backend.StringReply("x")); return err },
 		func() error { _, err := DecodeUnlock(backend.IntReply(-2)); return err },
 		func() error { _, err := DecodeLeave(ints(1, 0)); return err },

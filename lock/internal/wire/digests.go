@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "2d6ec3f781b352b720008b9b571db0a347a598ba",
+	"acquire":          "595ff6797cbff3d5400706d3e39c6b9c52dbbc7a",
 	"delete":           "37c985529e410a49c7aecabfafad2a3db9c1d227",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",

@@ -25,13 +25,20 @@
 -- nowUs} when it is queued: position is the owner's 1-based queue position
 -- when this call queued it, else 0; head is 1 when the owner is first in
 -- line; nowUs is the server's time in microseconds; waitHintMs is always >= 1 (X4).
--- In "once" mode a refusal is {0, waitHintMs, 0}.
+-- In "once" mode a refusal is {0, waitHintMs, 0}. {2} says the hold the
+-- request names (ARGV[9]) is gone: nothing was done, and the client ends
+-- that hold as lost and asks again naming none.
 --
 -- Idempotent for the caller's retries: a re-entry is applied only while the
 -- count is still the one the client knows, so a retry after a lost reply
--- returns the first result; a field the client does not know of (a grant
--- whose reply was lost, or a hold the client has already ended) is
--- replaced by a new hold with a new token and count 1, never re-entered.
+-- returns the first result. A request naming a hold the server no longer
+-- has is refused, never granted a hold in its place: it may be a re-entry
+-- whose caller gave up, run by the server only after the owner's last
+-- Unlock (a client's connections do not keep one owner's requests in
+-- order), and a hold granted to it nobody would ever release (X13). A
+-- field the client does not know of (a grant whose reply was lost, or a
+-- hold the client has already ended) is replaced by a new hold with a new
+-- token and count 1, never re-entered.
 -- Found by a request that cannot have run before, such a field (not a
 -- hand-over grant) is the leftover of a hold the client has ended - its
 -- Unlock was not acknowledged, across a failover say - and while others
@@ -57,8 +64,11 @@ local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARG
 -- hint of a head below.
 local ttl = redis.call('pttl', KEYS[1])
 local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
-if held and held ~= '0' and ARGV[12] == '0' and first and first ~= me
-    and not (ARGV[9] ~= '0' and tonumber(ARGV[9]) == hold_token(KEYS[5])) then
+if ARGV[9] ~= '0' and not (held and tonumber(ARGV[9]) == hold_token(KEYS[5])) then
+  -- The hold this request names is gone (see above).
+  return {2}
+end
+if held and held ~= '0' and ARGV[12] == '0' and first and first ~= me and ARGV[9] == '0' then
   -- The leftover of an ended hold, with a live waiter first in line: it
   -- goes, and this request runs as if the owner held nothing.
   redis.call('hdel', KEYS[1], me)
@@ -71,8 +81,9 @@ if held then
   -- 0: granted by a hand-over and not taken up yet; it counts as one hold.
   local granted = count == 0
   count = math.max(count, 1)
-  if ARGV[9] ~= '0' and tonumber(ARGV[9]) == token then
-    -- The hold the client knows: re-enter, once per count it knows.
+  if ARGV[9] ~= '0' then
+    -- The hold the client knows (checked above): re-enter, once per count
+    -- it knows.
     if granted then
       -- A hand-over grant its client holds by the message and has not
       -- taken up yet: take it up first, with the longer of the hold's

@@ -9,7 +9,8 @@
 --
 -- The fast path runs before prelude.lua (scripts.go), so the helpers it
 -- does not need are never made. It does what acquire.lua's own steps do for
--- that state, no more: a new hold, count 1, with a new token (B1, X6). In
+-- that state, no more: a new hold, count 1, with a new token (B1, X6), or
+-- for a request naming a hold, which cannot be there, the refusal {2}. In
 -- any other state acquire.lua goes on, having read one key more.
 do
   local err = refused(ARGV[6], ARGV[5])
@@ -18,6 +19,11 @@ do
   end
 end
 if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+  if ARGV[9] ~= '0' then
+    -- A request naming a hold: with no lock hash, that hold is gone, and
+    -- nothing is granted in its place (see acquire.lua).
+    return {2}
+  end
   local lease = tonumber(ARGV[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], lease)
