@@ -277,6 +277,31 @@ func (b *lateReentry) Eval(ctx context.Context, s *backend.Script, keys, args []
 	return rep, err
 }
 
+// reentryHeldBack takes a hold of name and re-enters it with a request a
+// lateReentry backend holds back, so that the re-entry's caller gives up
+// and the lock undoes it (leave.lua) while the request has not run; late
+// runs that request on the server.
+func reentryHeldBack(t *testing.T, ctx context.Context, name string) (m *Mutex, h *Hold, late func()) {
+	t.Helper()
+	b := &lateReentry{release: make(chan struct{}), run: make(chan func(), 1)}
+	_, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
+	m = newTestMutex(t, c, name)
+	h, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.armed.Store(true)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = m.Lock(short)
+	cancel()
+	if err == nil {
+		t.Fatal("the re-entry whose request was held back succeeded")
+	}
+	close(b.release) // its request times out; the lock undoes it (leave.lua)
+	redistest.Eventually(t, 5*time.Second, "the undo's leave", func() bool { return b.leaves.Load() > 0 })
+	return m, h, <-b.run
+}
+
 // TestUnlock_GivesBackALateReentry: a re-entry whose caller gave up with
 // its request unanswered, and which the server ran only after the undo
 // that looked for it (a client's connections do not keep one owner's
@@ -288,25 +313,10 @@ func (b *lateReentry) Eval(ctx context.Context, s *backend.Script, keys, args []
 // (The soak, seeds 13790021069101 and 106229442894957: a server stopped
 // for 6 s while an owner re-entered, then unlocked.)
 func TestUnlock_GivesBackALateReentry(t *testing.T) {
-	b := &lateReentry{release: make(chan struct{}), run: make(chan func(), 1)}
-	_, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
-	m := newTestMutex(t, c, "late-reentry")
 	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer stop()
-	h, err := m.Lock(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.armed.Store(true)
-	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	_, err = m.Lock(short)
-	cancel()
-	if err == nil {
-		t.Fatal("the re-entry whose request was held back succeeded")
-	}
-	close(b.release) // its request times out; the lock undoes it (leave.lua)
-	redistest.Eventually(t, 5*time.Second, "the undo's leave", func() bool { return b.leaves.Load() > 0 })
-	(<-b.run)() // the server runs the re-entry only now
+	m, h, late := reentryHeldBack(t, bg, "late-reentry")
+	late() // the server runs the re-entry only now
 	if err := m.Unlock(bg); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
@@ -333,31 +343,16 @@ func TestUnlock_GivesBackALateReentry(t *testing.T) {
 // TestUnlock_GivesBackALateReentry). A request naming a hold the server
 // no longer has is refused now: the late request takes nothing.
 func TestLateReentryAfterTheLastUnlock_TakesNothing(t *testing.T) {
-	b := &lateReentry{release: make(chan struct{}), run: make(chan func(), 1)}
-	_, c := wrappedClient(t, func(inner backend.Backend) backend.Backend { b.Backend = inner; return b })
-	m := newTestMutex(t, c, "late-reentry-after-unlock")
 	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer stop()
-	h, err := m.Lock(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.armed.Store(true)
-	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	_, err = m.Lock(short)
-	cancel()
-	if err == nil {
-		t.Fatal("the re-entry whose request was held back succeeded")
-	}
-	close(b.release)
-	redistest.Eventually(t, 5*time.Second, "the undo's leave", func() bool { return b.leaves.Load() > 0 })
+	m, h, late := reentryHeldBack(t, bg, "late-reentry-after-unlock")
 	if err := m.Unlock(bg); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
 	if !errors.Is(h.Err(), ErrReleased) {
 		t.Errorf("the hold after its last Unlock: %v, want ErrReleased", h.Err())
 	}
-	(<-b.run)() // the server runs the re-entry only now, after the Unlock
+	late() // the server runs the re-entry only now, after the Unlock
 	if st, err := m.Inspect(bg, 0); err != nil || st.Locked() {
 		t.Errorf("a late re-entry took the lock its owner had released: %+v, %v", st.Holders, err)
 	}
