@@ -1,0 +1,69 @@
+package lock
+
+import "github.com/fairlock/fairlock/lock/internal/wire"
+
+// The owner's waiting calls and its place in the queue (lifecycle.go has
+// the rest of the owner's transitions): which of an owner's calls waits,
+// and which must leave the queue when it ends.
+
+// startWaiting counts a call that may queue the owner.
+func (o *owner) startWaiting() {
+	o.mu.Lock()
+	o.waiting++
+	o.mu.Unlock()
+}
+
+// stopWaiting uncounts it and reports whether the owner must leave the
+// queue now: it was the owner's last waiting call, and the call failed
+// (err) or the owner is still marked queued.
+func (o *owner) stopWaiting(failed bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.waiting--
+	return o.waiting == 0 && (failed || o.queued)
+}
+
+// othersWaiting reports whether a call of the owner other than the
+// caller waits; self says whether the caller is counted as waiting.
+func (o *owner) othersWaiting(self bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.waiting
+	if self {
+		n--
+	}
+	return n > 0
+}
+
+// queuedBy records an attempt that queued the owner, or whose outcome is
+// unknown (it may have).
+func (o *owner) queuedBy() {
+	o.mu.Lock()
+	o.queued = true
+	o.mu.Unlock()
+}
+
+// mustLeave reports whether the owner's last waiting call must leave the
+// queue: it is still marked queued and no other call waits (else the
+// queue entry, and any grant on its way, are that call's).
+func (o *owner) mustLeave() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.queued && o.waiting == 0
+}
+
+// left applies leave.lua's reply: the owner is out of the queue, and
+// every grant it had until now is taken up or given back, so a message
+// announcing one is stale for its other calls. It returns what the
+// server says the owner holds beyond known, the hold the client knows -
+// a grant of unknown outcome, to give back - or a zero View.
+func (o *owner) left(r wire.LeaveReply, known wire.View) wire.View {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.queued = false
+	o.spendLocked(r.Held.Token)
+	if r.Held != known && r.Held.Count > 0 {
+		return r.Held
+	}
+	return wire.View{}
+}
