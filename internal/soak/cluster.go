@@ -302,12 +302,7 @@ type exceptionRule struct {
 // into those that stay violations and the documented exceptions of h's
 // failovers (asked for or not).
 func splitExceptions(h *History, vs []Violation, b Bounds) (violations, exceptions []Violation) {
-	x := exceptionRule{bounds: b, reach: b.Lease, byID: map[int]*Op{}, holds: h.Holds()}
-	for _, f := range h.Faults() {
-		if f.Kind == FaultFailover || f.Kind == FaultUnasked {
-			x.failovers = append(x.failovers, f)
-		}
-	}
+	x := exceptionRule{failovers: failovers(h), bounds: b, reach: b.Lease, byID: map[int]*Op{}, holds: h.Holds()}
 	for _, op := range h.Ops() {
 		x.byID[op.ID] = op
 	}
@@ -322,14 +317,15 @@ func splitExceptions(h *History, vs []Violation, b Bounds) (violations, exceptio
 	return violations, exceptions
 }
 
-// hasFailovers reports whether h records a failover, asked for or not.
-func hasFailovers(h *History) bool {
+// failovers returns h's failovers, asked for or not.
+func failovers(h *History) []Fault {
+	var out []Fault
 	for _, f := range h.Faults() {
 		if f.Kind == FaultFailover || f.Kind == FaultUnasked {
-			return true
+			out = append(out, f)
 		}
 	}
-	return false
+	return out
 }
 
 // excuses reports whether v is the documented exception.

@@ -146,7 +146,7 @@ func TestRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := Check(h, b)
-	if hasFailovers(h) {
+	if len(failovers(h)) > 0 {
 		// A cluster run's history: what a failover without replica acks
 		// may do is counted apart, as RunCluster does.
 		var exceptions []Violation
