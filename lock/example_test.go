@@ -104,6 +104,68 @@ func ExampleMutex_TryLock() {
 	// queued: 0
 }
 
+// Do is Lock, the work, and an Unlock that runs whatever the work does.
+func ExampleMutex_Do() {
+	locks, done := newExampleClient()
+	defer done()
+	ctx := context.Background()
+
+	m, _ := locks.NewMutex("orders")
+	err := m.Do(ctx, func(ctx context.Context, hold *lock.Hold) error {
+		// ctx ends, with cause ErrLockLost, if the lock is lost; pass the
+		// fencing token to the storage you guard.
+		fmt.Println("holding a token:", hold.Token() > 0)
+		return nil
+	})
+	fmt.Println("Do:", err)
+	locked, _ := m.IsLocked(ctx)
+	fmt.Println("locked after Do:", locked)
+
+	// The work's error comes back; the lock is released all the same.
+	errBadOrder := errors.New("bad order")
+	err = m.Do(ctx, func(context.Context, *lock.Hold) error { return errBadOrder })
+	locked, _ = m.IsLocked(ctx)
+	fmt.Println(errors.Is(err, errBadOrder), locked)
+
+	// The lock lost while the work runs: the work's context ends, and Do
+	// says so - the work may have overlapped another holder.
+	admin, _ := locks.NewMutex("orders")
+	err = m.Do(ctx, func(ctx context.Context, _ *lock.Hold) error {
+		if _, err := admin.ForceUnlock(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	fmt.Println("lost:", errors.Is(err, lock.ErrLockLost))
+	// Output:
+	// holding a token: true
+	// Do: <nil>
+	// locked after Do: false
+	// true false
+	// lost: true
+}
+
+// TryDo gives up, without running the work, when the lock stays busy.
+func ExampleMutex_TryDo() {
+	locks, done := newExampleClient()
+	defer done()
+	ctx := context.Background()
+
+	holder, _ := locks.NewMutex("report")
+	if _, err := holder.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	m, _ := locks.NewMutex("report")
+	err := m.TryDo(ctx, 50*time.Millisecond, func(context.Context, *lock.Hold) error {
+		fmt.Println("not printed: the lock is busy")
+		return nil
+	})
+	fmt.Println(errors.Is(err, lock.ErrNotAcquired))
+	// Output:
+	// true
+}
+
 func ExampleHold_Context() {
 	// A short lease: the watchdog, which notices the loss, runs every
 	// third of it.
