@@ -16,6 +16,8 @@
 // returns a Hold with a fencing token that grows with every new holder, and
 // a Done channel that closes when the hold ends - on the last Unlock, or
 // when the lock is lost (lease ran out, force-unlocked, renewal failing).
+// Mutex.Do (and TryDo) runs a function under the lock, with a context
+// that ends when the hold does, and unlocks whatever the function does.
 //
 // # How it works
 //
