@@ -8,9 +8,11 @@ import (
 // Hold is a held lock, returned by every successful acquire. Re-entering
 // returns the same Hold; the Hold ends when the owner's last Unlock
 // releases the lock (Err: ErrReleased) or when the lock is lost (Err wraps
-// ErrLockLost). It is a read-only view, safe for concurrent use: the
-// owner's lifecycle (lifecycle.go) ends it. A nil *Hold (what a failed
-// acquire returns) behaves as a hold that has ended with ErrNotHeld.
+// ErrLockLost). It is a read-only view, safe for concurrent use: nothing
+// you call on a Hold changes it; the client ends it, once, when the
+// owner's last Unlock releases the lock or when it learns that the lock is
+// lost. A nil *Hold (what a failed acquire returns) behaves as a hold that
+// has ended with ErrNotHeld.
 //
 // The client keeps a deadline for every hold: the send time of the latest
 // grant, re-entry or renewal the server acknowledged, plus the lease, less
