@@ -86,7 +86,7 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 	if w.sub != nil {
 		w.retry.wake = w.sub.Events()
 	}
-	w.call.Retry = false
+	w.call.Retry = w.o.mayHaveRun()
 	err = w.retry.do(ctx, func() (err error) {
 		// Twice at most: a request naming a hold the server no longer has
 		// is refused (r.Gone), the hold ends, and the next names none.
@@ -102,8 +102,9 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 				return err
 			}
 			w.o.gone(w.call.View)
-			// The next request, naming no hold, has not run before.
-			w.call.Retry = false
+			// The next request, naming no hold, has not run before (but
+			// another call's may have: mayHaveRun).
+			w.call.Retry = w.o.mayHaveRun()
 		}
 		return fmt.Errorf("%w: acquire refused twice for a hold it no longer names", ErrUnexpectedReply)
 	})
@@ -212,12 +213,15 @@ func (w *waiter) adopt(ctx context.Context, g wire.Message) (h *Hold) {
 // renewal keeps a lock nobody will release, and the lock frees itself
 // within a lease (X13). While another call of the owner is waiting and
 // the owner holds nothing, the queue entry is that call's, and so is
-// whatever the attempt may have granted: its next attempt takes a grant
-// up as a new hold, and the owner's last waiting call, if it ends first,
-// leaves the queue and gives the grant back (the owner counts as queued).
+// whatever the attempt may have granted - the owner's place in line, as a
+// grant takes the owner out of the queue. The owner's attempts then say
+// they may have run before until a reply settles that (leftGrant), so
+// the next takes a grant up as a new hold; the owner's last waiting call,
+// if it ends first, leaves the queue and gives the grant back (the owner
+// counts as queued).
 func (w *waiter) undo(ctx context.Context, view wire.View) {
 	if view.Count == 0 && w.o.othersWaiting(!w.call.Once) {
-		w.o.queuedBy()
+		w.o.leftGrant()
 		return
 	}
 	if err := w.giveBack(ctx, view); err != nil {

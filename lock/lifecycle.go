@@ -55,6 +55,11 @@ type owner struct {
 	// out since; the owner's last waiting call leaves the queue then.
 	queued  bool
 	waiting int // calls queued (or about to be) for this owner
+	// grantMayWait: an attempt of unknown outcome may have left the owner
+	// a grant the client has not taken up, for another of its waiting
+	// calls (undo); until a reply settles the owner's state on the
+	// server, its attempts say they may have run before (mayHaveRun).
+	grantMayWait bool
 }
 
 // holdEnder is told when a hold of an owner ended: the Mutex that made
@@ -133,6 +138,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	o.mu.Lock()
 	if o.hold != nil && o.hold.token == r.Token {
 		o.count = r.Count
+		o.grantMayWait = false
 		o.unconfirmed = false // acquire.lua takes a grant up when it re-enters it
 		o.watchdog = o.watchdog || watchdog
 		o.lease = max(o.lease, lease)
@@ -185,10 +191,11 @@ var errEndedReentry = fmt.Errorf("%w: the hold this call re-entered ended while 
 // at lastAck and lasts at least firm from it. It returns nil - and the
 // caller attempts as usual - when the owner holds already, the grant is
 // spent, or too little of firm is left to trust it (an attempt then takes
-// it up with a fresh acknowledgement).
+// it up with a fresh acknowledgement), or an attempt of unknown outcome may
+// have taken it up and been granted a hold in its place (grantMayWait).
 func (o *owner) adopt(token int64, lastAck time.Time, firm, lease time.Duration, watchdog bool) *Hold {
 	o.mu.Lock()
-	stale := o.hold != nil || token <= o.lastSpent || time.Until(lastAck.Add(firm)) < firm/3
+	stale := o.hold != nil || token <= o.lastSpent || o.grantMayWait || time.Until(lastAck.Add(firm)) < firm/3
 	o.mu.Unlock()
 	if stale {
 		return nil
@@ -220,6 +227,7 @@ func (o *owner) start(token int64, count int, sent time.Time, firm, lease time.D
 	o.deadline = deadline
 	o.timer = time.AfterFunc(time.Until(deadline), func() { o.expire(h) })
 	o.queued = false // the grant took the owner out of the queue
+	o.grantMayWait = false
 	return h, nil
 }
 

@@ -35,12 +35,35 @@ func (o *owner) othersWaiting(self bool) bool {
 	return n > 0
 }
 
-// queuedBy records an attempt that queued the owner, or whose outcome is
-// unknown (it may have).
+// queuedBy applies an acquire reply that queued the owner. The server
+// then had no grant for the owner that the client does not know of: the
+// attempt would have taken it up (mayHaveRun) or released it.
 func (o *owner) queuedBy() {
 	o.mu.Lock()
-	o.queued = true
+	o.queued, o.grantMayWait = true, false
 	o.mu.Unlock()
+}
+
+// leftGrant records an attempt of unknown outcome that another waiting
+// call of the owner takes over (undo): it may have queued the owner, or
+// granted it the lock - which took the owner out of the queue, so the
+// grant is that call's place in line.
+func (o *owner) leftGrant() {
+	o.mu.Lock()
+	o.queued, o.grantMayWait = true, true
+	o.mu.Unlock()
+}
+
+// mayHaveRun reports whether the owner's next attempt must say it may
+// have run before: a grant left by leftGrant may wait on the server, and
+// acquire.lua then takes a field the client does not know of up as a new
+// hold, where a request that cannot have run before takes it for the
+// leftover of an ended hold, releases it and queues the owner behind the
+// waiters (B3).
+func (o *owner) mayHaveRun() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.grantMayWait
 }
 
 // mustLeave reports whether the owner's last waiting call must leave the
@@ -60,7 +83,7 @@ func (o *owner) mustLeave() bool {
 func (o *owner) left(r wire.LeaveReply, known wire.View) wire.View {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.queued = false
+	o.queued, o.grantMayWait = false, false
 	o.spendLocked(r.Held.Token)
 	if r.Held != known && r.Held.Count > 0 {
 		return r.Held

@@ -1,0 +1,111 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// refuseLeaveKey marks the context of a call whose leave a refusedLeaves
+// backend never sends.
+type refuseLeaveKey struct{}
+
+// refusedLeaves is a backend that fails the leave.lua request of a call
+// whose context carries refuseLeaveKey without sending it, as a leave
+// that gives up at its bound (X5) while it waits behind thousands of
+// others in the client's queue does.
+type refusedLeaves struct {
+	backend.Backend
+	refused atomic.Int64
+}
+
+func (b *refusedLeaves) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	if s.Name == "leave" && ctx.Value(refuseLeaveKey{}) != nil {
+		b.refused.Add(1)
+		return backend.Reply{}, context.DeadlineExceeded
+	}
+	return b.Backend.Eval(ctx, s, keys, args)
+}
+
+// TestLeaveThatGaveUp_EntryIsHarmless: a cancelled waiter whose leave gave
+// up (issue 46, defect 4: 5,000 Locks of one valkey-go client cancelled at
+// once under the race detector, 1,976 leaves past their 2 s bound, one
+// never sent) leaves its entry in the queue, live until its liveness
+// deadline, a waiter timeout after its last heartbeat. What X5 promises of
+// it: the lock, released meanwhile, is handed to that entry, and the grant
+// lapses within twice the waiter timeout; the owner queued behind it then
+// acquires, and nothing is left of either afterwards.
+func TestLeaveThatGaveUp_EntryIsHarmless(t *testing.T) {
+	const waiterTimeout = 600 * time.Millisecond
+	b := &refusedLeaves{}
+	srv := redistest.Start(t)
+	cx := clientOn(t, srv)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	b.Backend = rueidisbackend.New(rc)
+	cw, err := NewClient(b, WithWaiterTimeout(waiterTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cw.Close() })
+	const name = "leave-gave-up"
+	w, x, holder := newTestMutex(t, cw, name), newTestMutex(t, cx, name), newTestMutex(t, cx, name)
+	bg, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	if _, err := holder.Lock(bg); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(context.WithValue(bg, refuseLeaveKey{}, true))
+	gotW := goLockIn(wctx, w)
+	redistest.Eventually(t, 5*time.Second, "W queued", func() bool { return len(queueOf(t, srv, w)) == 1 })
+	gotX := goLockIn(bg, x)
+	redistest.Eventually(t, 5*time.Second, "X queued behind W", func() bool { return len(queueOf(t, srv, w)) == 2 })
+	cancel()
+	if r := <-gotW; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("W's cancelled Lock = %v, want context.Canceled", r.err)
+	}
+	if b.refused.Load() == 0 {
+		t.Fatal("W's leave was not refused: the scenario did not happen")
+	}
+	if q := queueOf(t, srv, w); len(q) != 2 || q[0] != w.field {
+		t.Fatalf("after W's leave gave up the queue is %q, want W's entry still first", q)
+	}
+
+	// Released while W's entry is live: handed to W, which nobody takes up.
+	if err := holder.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+	handed := time.Now()
+	if v := srv.Do(t, "HGET", w.keys.Hash, w.field); v != "0" {
+		t.Logf("the release found W's entry dead already (HGET %v): no grant to lapse", v)
+	}
+	r := <-gotX
+	if r.err != nil {
+		t.Fatalf("X's Lock: %v", r.err)
+	}
+	waited := time.Since(handed)
+	// The grant lapses within twice the waiter timeout; X's heartbeat (a
+	// third of its client's 5 s waiter timeout) finds the lock free.
+	if bound := 2*waiterTimeout + defaultWaiterTimeout/3 + 2*time.Second; waited > bound {
+		t.Errorf("X acquired %v after the release, want within %v (the grant to W lapsing, then X's heartbeat)", waited, bound)
+	}
+	if err := x.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{w.keys.Queue, w.keys.Timeouts, w.keys.Alive, w.keys.Hash} {
+		if n, _ := srv.Do(t, "EXISTS", k).(int64); n != 0 {
+			t.Errorf("%s still exists after X's Unlock: %v", k, srv.Do(t, "TYPE", k))
+		}
+	}
+	t.Logf("figures: X acquired %v after the release (W's waiter timeout %v)", waited, waiterTimeout)
+}
