@@ -88,17 +88,23 @@ type Report struct {
 // Check runs every checker over h.
 func Check(h *History, b Bounds) Report {
 	ops, holds, faults := h.Ops(), h.Holds(), h.Faults()
+	// A burst of notices cuts nobody off: the client's subscription
+	// summarises what it queued as a "re-check everything", so its
+	// holders are still told in time. A reply lost or a request held back
+	// neither makes a waiter look dead nor reorders a queue.
+	told := keepFaults(faults, func(k FaultKind) bool { return k != FaultNoticeBurst })
+	ordered := keepFaults(faults, func(k FaultKind) bool { return !k.messageLevel() })
 	var r Report
 	r.Violations = append(r.Violations, checkTokens(ops)...)
 	stalls := h.Stalls()
-	r.Violations = append(r.Violations, checkExclusion(ops, holds, faults, stalls, b)...)
-	v, lat := checkNotices(ops, holds, faults, stalls, b)
+	r.Violations = append(r.Violations, checkExclusion(ops, holds, told, stalls, b)...)
+	v, lat := checkNotices(ops, holds, told, stalls, b)
 	r.Violations = append(r.Violations, v...)
 	r.Notices = lat
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered)...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -389,11 +395,37 @@ func checkErrors(ops []*Op, faults []Fault, stalls []Stall) []Violation {
 			margin = 6 * time.Second
 		}
 		if op.Unavail && !faultDuring(faults, op.Client, op.Call, op.Return, margin) &&
-			!(strings.Contains(op.Err, noReply) && overloaded(stalls, op.Return)) {
+			!(strings.Contains(op.Err, noReply) && overloaded(stalls, op.Return)) &&
+			!(strings.Contains(op.Err, ownerWaits) && siblingWaited(ops, stalls, op)) {
 			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: server unavailable, with no fault near the call", op), []int{op.ID}})
 		}
 	}
 	return out
+}
+
+// siblingWaited reports whether op, a call that gave up while another
+// call of its owner held the owner's gate (ownerWaits), gave up while a
+// call of its owner on its lock made at the same time (one Mutex, two
+// goroutines) was in flight, waiting for the server: that call's first
+// reply came only after op returned, or op's own wait was shorter than a
+// round trip may take on a loaded machine (Bounds.Return), or the process
+// was overloaded. Without a sibling call, only a call that gave up
+// earlier can hold the gate, and only a fault keeps it that long.
+func siblingWaited(ops []*Op, stalls []Stall, op *Op) bool {
+	const roundTrip = 300 * time.Millisecond
+	for _, s := range ops {
+		if s == op || !s.Kind.acquire() || s.Owner != op.Owner || s.Lock != op.Lock || s.Call > op.Return || s.Return < op.Return {
+			continue
+		}
+		first := s.Return // its first reply: when it queued, else its end
+		if s.Queued > 0 {
+			first = s.Queued
+		}
+		if first >= op.Return || op.Return-op.Call <= roundTrip || overloaded(stalls, op.Return) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkBusy: ErrNotAcquired says the lock was busy - another owner held

@@ -1,0 +1,152 @@
+package soak
+
+import (
+	"testing"
+	"time"
+)
+
+// The checkers with faults on single messages: a lost reply, a request
+// held back and a burst of notices cut nobody off, so they excuse no
+// overtaking, and a burst excuses no late notice; the faults that do cut
+// a client off still excuse both.
+
+// TestCheckFIFOMessageFaultsExcuseNothing: a waiter overtaken while its
+// client had a reply lost or a request held back is a violation (issue 46
+// defect 1's shape: the owner's other call lost its grant to the waiter
+// behind); a partition of its client still excuses it.
+func TestCheckFIFOMessageFaultsExcuseNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultReplyLost, 1},
+		{FaultHoldBack, 1},
+		{FaultNoticeBurst, 1},
+		{FaultPartition, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			// S's Lock queued at 20 ms; X, called later, is granted at 200
+			// ms, before S's grant (a later token).
+			s := hold("L", "s", 6, 400*msec, 500*msec)
+			s.Client = "cs"
+			h.AddHold(s)
+			s.Called = 10 * msec
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 10 * msec, Queued: 20 * msec, Return: 400 * msec, Hold: s, New: true})
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 30 * msec, Queued: 35 * msec, Return: 150 * msec, Wait: 100 * msec, Limit: time.Second,
+				Err: "lock: server unavailable: read tcp: i/o timeout", Unavail: true})
+			acquire(h, hold("L", "x", 5, 200*msec, 300*msec), 100*msec)
+			h.AddFault(Fault{Kind: c.kind, Target: "cs", Start: 120 * msec, End: 150 * msec})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckFIFOSharedOwnerCalls: two calls of one owner at once are one
+// owner's: the second's grant is a re-entry, and neither overtakes the
+// other, whichever returns first.
+func TestCheckFIFOSharedOwnerCalls(t *testing.T) {
+	h := NewHistory(1)
+	s := hold("L", "s", 3, 40*msec, 300*msec)
+	s.Called = 5 * msec
+	h.AddHold(s)
+	h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: s.Client, Call: 5 * msec, Queued: 8 * msec, Return: 40 * msec, Wait: 500 * msec, Limit: 2 * time.Second, Hold: s, New: true})
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: s.Client, Call: 2 * msec, Queued: 10 * msec, Return: 50 * msec, Limit: time.Second, Hold: s})
+	h.Add(&Op{Kind: KindUnlock, Lock: "L", Owner: "s", Call: 200 * msec, Return: 210 * msec, Hold: s})
+	releaseHold(h, s, 290*msec, 300*msec)
+	acquire(h, hold("L", "x", 4, 310*msec, 400*msec), 20*msec)
+	if got := checks(h); len(got) != 0 {
+		t.Errorf("a shared owner's two calls: violations %v", got)
+	}
+	// The owner's Lock still waited when X was granted: X overtook it.
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: s.Client, Call: 250 * msec, Queued: 255 * msec, Return: 900 * msec, Limit: 600 * msec,
+		Err: "context deadline exceeded", Canceled: true})
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("X queued before the owner's third call: %d FIFO violations, want 0", got)
+	}
+}
+
+// TestCheckNoticesBurstExcusesNothing: a hold told late of a ForceUnlock
+// while its client's subscriptions were flooded is a violation (a burst
+// summarises notices, it loses none); a partition of the client is not.
+func TestCheckNoticesBurstExcusesNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultNoticeBurst, 1},
+		{FaultPartition, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			late := hold("L", "a", 1, 10*msec, 3*time.Second)
+			acquire(h, late, 0)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 110 * msec, Released: true})
+			h.AddFault(Fault{Kind: c.kind, Target: late.Client, Start: 90 * msec, End: 120 * msec})
+			if got := checks(h)["notice"]; got != c.want {
+				t.Errorf("%d notice violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckExclusionBurstExcusesNothing: a grant reply in flight when
+// every lock was force-unlocked, whose holder is told only at the
+// watchdog's tick (issue 46 defect 2's shape), while another owner takes
+// the lock: with a burst on the holder's client it is a violation.
+func TestCheckExclusionBurstExcusesNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultNoticeBurst, 1},
+		{FaultReset, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			a := hold("L", "a", 1, 100*msec, 9*time.Second)
+			acquire(h, a, 10*msec)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Released: true})
+			acquire(h, hold("L", "b", 2, 300*msec, 400*msec), 200*msec)
+			h.AddFault(Fault{Kind: c.kind, Target: a.Client, Start: 40 * msec, End: 70 * msec})
+			if got := checks(h)["exclusion"]; got != c.want {
+				t.Errorf("%d exclusion violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckErrorsOwnerWaitsSibling: a call of a shared owner that gave
+// up while its sibling call's attempt was in flight may say the server
+// was unavailable (the sibling holds the owner's gate) with no fault near;
+// the same error with no sibling in flight, or after a long wait while
+// the sibling had its reply, is a violation.
+func TestCheckErrorsOwnerWaitsSibling(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		sibling     bool
+		call        time.Duration // the failing call's
+		siblingSeen time.Duration // the sibling's first reply (queued)
+		want        int
+	}{
+		{"sibling's attempt still in flight", true, 100 * msec, 1500 * msec, 0},
+		{"a wait shorter than a round trip", true, 900 * msec, 20 * msec, 0},
+		{"a long wait, the sibling answered", true, 100 * msec, 20 * msec, 1},
+		{"no sibling", false, 100 * msec, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			if c.sibling {
+				h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "c", Call: 10 * msec, Queued: c.siblingSeen, Return: 3 * time.Second, Limit: 3 * time.Second,
+					Err: "context deadline exceeded", Canceled: true})
+			}
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "c", Call: c.call, Return: time.Second, Wait: time.Second - c.call, Limit: 2 * time.Second,
+				Unavail: true, Err: "lock: server unavailable: " + ownerWaits + " (wait ran out)"})
+			if got := checks(h)["errors"]; got != c.want {
+				t.Errorf("%d errors violations, want %d", got, c.want)
+			}
+		})
+	}
+}
