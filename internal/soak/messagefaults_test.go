@@ -150,3 +150,42 @@ func TestCheckErrorsOwnerWaitsSibling(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFIFOSharedOwnerQueuePosition: a shared owner's call granted
+// the lock from the queue entry its sibling call made is not an
+// overtaking of a waiter that queued after the sibling (seed
+// 48283508364424: a Lock that joined its TryLock's entry, and a pair
+// granted one hold, where the call that queued was the re-entry); a call
+// made after its sibling returned has no such entry.
+func TestCheckFIFOSharedOwnerQueuePosition(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		sibling   time.Duration // when S's first call returned
+		reentered bool          // both of S's calls got the hold
+		want      int
+	}{
+		{"sibling gave up while the other was in flight", 100 * msec, false, 0},
+		{"sibling granted the same hold", 130 * msec, true, 0},
+		{"sibling returned before the other began", 40 * msec, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			s := hold("L", "s", 5, 120*msec, 300*msec)
+			first := &Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: s.Client, Call: 5 * msec, Queued: 10 * msec, Return: c.sibling, Wait: 90 * msec, Limit: time.Second}
+			if c.reentered {
+				first.Hold = s
+			} else {
+				first.Err, first.NotAcq = "lock: not acquired", true
+			}
+			h.Add(first)
+			acquire(h, s, 50*msec) // S's Lock: no queueing of its own, the new hold at 120 ms
+			w := hold("L", "w", 6, 400*msec, 500*msec)
+			w.Called = 15 * msec
+			h.AddHold(w)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
