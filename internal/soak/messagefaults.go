@@ -18,20 +18,21 @@ import (
 // a Go client's backend for its next script request, or floods the
 // client's channels.
 
-// messageFault runs, one time in three, faults on single messages of the
+// messageFault runs, one time in two, faults on single messages of the
 // Go client target (none for the Java owners' connection) and reports
-// them; false when it ran none.
+// them; false when it ran none. They are short and cut nobody off, so
+// they take half the nemesis' turns and leave the other faults theirs.
 func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 	c := n.goClient(target)
 	r := n.rnd.IntN(20)
-	if c == nil || r >= 7 {
+	if c == nil || r >= 10 {
 		return nil, false
 	}
 	var kind FaultKind
 	switch {
-	case r < 3:
+	case r < 4:
 		kind = FaultReplyLost
-	case r < 6:
+	case r < 8:
 		kind = FaultHoldBack
 	default:
 		kind = FaultNoticeBurst
@@ -130,11 +131,12 @@ func (n *nemesis) burst(c *goClient) Fault {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	by, spare := n.clients[n.rnd.IntN(len(n.clients))], n.rnd.IntN(4) != 0
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n.admin.forceAll(ctx, n.clients[n.rnd2()])
+		n.admin.forceAll(ctx, by, spare)
 	}()
 	pipe := n.raw.Pipeline()
 	for range burstSize {
@@ -154,9 +156,6 @@ func (n *nemesis) burst(c *goClient) Fault {
 	}
 	return f
 }
-
-// rnd2 draws a client for a burst's force-unlocks.
-func (n *nemesis) rnd2() int { return n.rnd.IntN(len(n.clients)) }
 
 // burstChannels are c's channel and its shared-lock owners' wake-up
 // channels (RULES.md, Keyspace: the lock's channel, ":" and the owner's

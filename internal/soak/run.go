@@ -133,6 +133,7 @@ type workload struct {
 	owners  []*goOwner
 	javas   []*javaOwner
 	jbs     []backend.Backend // the Java owners' backends, closed by closeJavas
+	long    longHolds         // the locks in a long hold now
 
 	ctx  context.Context
 	stop context.CancelFunc
@@ -191,12 +192,12 @@ func (w *workload) startOwners() {
 	for i, c := range w.clients {
 		names := append(append([]string{}, sharedNames...), privateNames(i)...)
 		for k, name := range names {
-			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease,
+			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease, long: &w.long,
 				rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
 			w.owners = append(w.owners, o)
 			w.loop(o.step)
 		}
-		mo := &manyOwner{rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(5000+i)))}
+		mo := &manyOwner{rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(5000+i))), long: &w.long}
 		for _, name := range manyNames(i) {
 			o := &goOwner{id: 200, name: name, c: c, h: w.h, lease: w.cfg.Lease, private: true}
 			mo.owners = append(mo.owners, o)
@@ -239,7 +240,7 @@ func (w *workload) closeJavas() {
 // startAdmin starts the admin, which DELs lock hashes by hand through
 // raw.
 func (w *workload) startAdmin(raw redis.UniversalClient) *adminActor {
-	ad := &adminActor{h: w.h, clients: w.clients, raw: raw, rnd: rand.New(rand.NewPCG(w.cfg.Seed, 7)), javas: w.javas}
+	ad := &adminActor{h: w.h, clients: w.clients, raw: raw, rnd: rand.New(rand.NewPCG(w.cfg.Seed, 7)), javas: w.javas, long: &w.long}
 	w.loop(ad.step)
 	return ad
 }
@@ -338,6 +339,7 @@ type adminActor struct {
 	raw     redis.UniversalClient // a DEL by hand goes through it
 	rnd     *rand.Rand
 	javas   []*javaOwner
+	long    *longHolds // the locks forceAll may spare
 	n       int64
 }
 
@@ -353,7 +355,7 @@ func (a *adminActor) step(ctx context.Context) {
 	case r < 8:
 		a.evict(ctx, c, a.pick(), KindDelHash)
 	case r < 12:
-		a.forceAll(ctx, c)
+		a.forceAll(ctx, c, a.rnd.IntN(10) != 0)
 	case r < 13:
 		a.evict(ctx, c, a.pick(), KindDelete)
 	case r < 15:
@@ -388,10 +390,14 @@ func (a *adminActor) pick() string {
 
 // forceAll force-unlocks every lock at once through client c, as an
 // operator clearing a client's locks would: a client holding many of them
-// is told of more losses at once than a subscription queues.
-func (a *adminActor) forceAll(ctx context.Context, c *goClient) {
+// is told of more losses at once than a subscription queues. spare leaves
+// out the locks in a long hold.
+func (a *adminActor) forceAll(ctx context.Context, c *goClient, spare bool) {
 	var wg sync.WaitGroup
 	for _, name := range lockNames(len(a.clients)) {
+		if spare && a.long.has(name) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -182,3 +182,34 @@ func TestManyOwnerTakes(t *testing.T) {
 		t.Errorf("the history: %v", r.Violations)
 	}
 }
+
+// TestLongHoldsSpared: a burst that spares long holds leaves a lock in a
+// long hold alone, one that does not spare them force-unlocks it too.
+func TestLongHoldsSpared(t *testing.T) {
+	c := soakClient(t)
+	h := c.rec.h
+	var long longHolds
+	ad := &adminActor{h: h, clients: []*goClient{c}, long: &long}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, spare := range []bool{true, false} {
+		o := &goOwner{id: 100, name: privateNames(0)[0], c: c, h: h}
+		m, err := o.mutex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.acquireWith(ctx, m, KindLock, 0, 2*time.Second)
+		if o.lh == nil {
+			t.Fatal("not acquired")
+		}
+		long.during([]string{o.name}, func() { ad.forceAll(ctx, c, spare) })
+		if long.has(o.name) {
+			t.Fatal("still marked long after the hold")
+		}
+		locked, err := m.IsLocked(ctx)
+		if err != nil || locked != spare {
+			t.Fatalf("spare %v: locked %v (%v) after the burst", spare, locked, err)
+		}
+		o.release(ctx)
+	}
+}

@@ -146,6 +146,7 @@ type goOwner struct {
 	rnd     *rand.Rand
 	lease   time.Duration // the client's
 	private bool          // the only owner of its lock
+	long    *longHolds    // where its long holds are marked
 
 	hold  *Hold
 	lh    *lock.Hold
@@ -188,7 +189,7 @@ func (o *goOwner) holding(ctx context.Context, m *lock.Mutex) {
 	switch r := o.rnd.IntN(40); {
 	case o.private && r == 0:
 		// Past many renewals: a private lock, so no queue waits it out.
-		sleepFor(ctx, longHold(o.rnd))
+		o.long.during([]string{o.name}, func() { sleepFor(ctx, longHold(o.rnd)) })
 		hold = 0
 	case r < 4:
 		hold = 5 * time.Second // a long hold: a loss the holder is not told of shows
