@@ -112,7 +112,7 @@ func (f *Faulty) withCapabilities() backend.Backend {
 			replicaWaiter
 			backend.CachedReader
 		}{f, ss, rw, cr}
-	case 15:
+	default: // all four
 		return struct {
 			*Faulty
 			backend.KeyWatcher
@@ -121,7 +121,6 @@ func (f *Faulty) withCapabilities() backend.Backend {
 			backend.CachedReader
 		}{f, kw, ss, rw, cr}
 	}
-	panic("unreachable")
 }
 
 func (f *Faulty) hasReplicaWaiter() bool {
