@@ -63,19 +63,26 @@ type Fault struct {
 	// Scripts, when not empty, are the script names (backend.Script.Name)
 	// the fault may take; requests of other scripts pass it by.
 	Scripts []string
+	// For, when not 0, keeps the fault on after the first request it
+	// takes, for that long, for the requests of the same script with the
+	// same first key: a caller's retries of one request (an owner's
+	// attempts on one lock) meet it too, as behind a connection whose
+	// replies are lost for a while.
+	For time.Duration
 }
 
-// Hit is what an armed fault did to the request it took.
+// Hit is what an armed fault did to the requests it took.
 type Hit struct {
 	Mode   Mode
 	Script string   // the script's name (the first of a batch)
 	Keys   []string // its keys (the first call's, for a batch)
 	Sent   time.Time
-	// Ran is when the wrapped backend answered the request (the script
-	// ran, unless Err says otherwise); Returned when the caller got its
-	// answer. For HoldBack the caller may return first.
+	// Ran is when the wrapped backend last answered a request taken (the
+	// script ran, unless Err says otherwise); Returned when a caller last
+	// got its answer. For HoldBack a caller may return first.
 	Ran, Returned time.Time
-	Err           error // what the wrapped backend returned (nil: the script ran)
+	Err           error // the first error the wrapped backend returned (nil: every script ran)
+	Requests      int   // how many requests the fault took
 }
 
 // faultErr marks an error the fault made (not the wrapped backend).
@@ -97,15 +104,18 @@ type Faulty struct {
 	wg    sync.WaitGroup // held-back requests still on their way
 }
 
+// armed is one armed fault and what it has done. Lock order: Faulty.mu,
+// then armed.mu.
 type armed struct {
 	Fault
-	hit  chan Hit // buffered 1: the one report
-	once bool     // taken
-	// parts collects a hit's two ends (Ran, Returned), which may come in
-	// either order for HoldBack.
-	mu    sync.Mutex
-	rep   Hit
-	parts int
+	hit chan Hit // buffered 1: the one report
+
+	mu       sync.Mutex
+	rep      Hit
+	key      string // the first request's first key
+	closed   bool   // takes no more requests
+	pending  int    // ends (ran, returned) of taken requests still to come
+	reported bool
 }
 
 // Wrap returns b wrapped, with the same optional capabilities as b, and
@@ -116,10 +126,11 @@ func Wrap(b backend.Backend) (backend.Backend, *Faulty) {
 }
 
 // Arm arms fault for the next script request (Eval, EvalBatch or
-// EvalWait) it matches; an earlier fault still armed is disarmed. The
-// returned channel receives one Hit once the request has both run (or
-// failed) and returned to its caller; it never receives anything for a
-// fault disarmed before any request took it.
+// EvalWait) it matches; an earlier fault not taken yet is disarmed. The
+// returned channel receives one Hit once the fault takes no more requests
+// and each it took has both run (or failed) and returned to its caller;
+// it never receives anything for a fault disarmed before any request took
+// it.
 func (f *Faulty) Arm(fault Fault) <-chan Hit {
 	a := &armed{Fault: fault, hit: make(chan Hit, 1)}
 	f.mu.Lock()
@@ -128,27 +139,76 @@ func (f *Faulty) Arm(fault Fault) <-chan Hit {
 	return a.hit
 }
 
-// Disarm disarms the armed fault, and reports whether one was armed and
-// had not been taken by a request yet.
+// Disarm disarms the armed fault when no request has taken it yet, and
+// reports whether it did. A fault taken already goes on for its For.
 func (f *Faulty) Disarm() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	was := f.armed != nil
+	if f.armed == nil || f.armed.taken() {
+		return false
+	}
 	f.armed = nil
-	return was
+	return true
 }
 
-// take returns the armed fault when it matches script name, disarming
-// it, and nil otherwise.
-func (f *Faulty) take(name string) *armed {
+// Armed reports whether a fault is armed and no request has taken it yet.
+func (f *Faulty) Armed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.armed != nil && !f.armed.taken()
+}
+
+func (a *armed) taken() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rep.Requests > 0
+}
+
+// take returns the armed fault when it takes a request of script name on
+// keys, and nil otherwise.
+func (f *Faulty) take(name string, keys []string) *armed {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.armed
 	if a == nil || !a.matches(name) {
 		return nil
 	}
-	f.armed = nil
+	key := ""
+	if len(keys) > 0 {
+		key = keys[0]
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return nil
+	case a.rep.Requests == 0:
+		a.rep = Hit{Mode: a.Mode, Script: name, Keys: keys, Sent: time.Now()}
+		a.key = key
+		if a.For <= 0 {
+			a.closed, f.armed = true, nil
+		} else {
+			time.AfterFunc(a.For, func() { f.closeWindow(a) })
+		}
+	case name != a.rep.Script || key != a.key:
+		return nil
+	}
+	a.rep.Requests++
+	a.pending += 2
 	return a
+}
+
+// closeWindow ends a's For: it takes no more requests.
+func (f *Faulty) closeWindow(a *armed) {
+	f.mu.Lock()
+	if f.armed == a {
+		f.armed = nil
+	}
+	f.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	a.report()
 }
 
 func (a *armed) matches(name string) bool {
@@ -163,31 +223,38 @@ func (a *armed) matches(name string) bool {
 	return false
 }
 
-// ran and returned record a hit's two ends; the second one reports it.
+// ran and returned record the two ends of a request a took, which may
+// come in either order for HoldBack.
 func (a *armed) ran(at time.Time, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.rep.Ran, a.rep.Err = at, err
-	a.done()
+	if at.After(a.rep.Ran) {
+		a.rep.Ran = at
+	}
+	if a.rep.Err == nil {
+		a.rep.Err = err
+	}
+	a.pending--
+	a.report()
 }
 
 func (a *armed) returned(at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.rep.Returned = at
-	a.done()
+	if at.After(a.rep.Returned) {
+		a.rep.Returned = at
+	}
+	a.pending--
+	a.report()
 }
 
-func (a *armed) done() {
-	if a.parts++; a.parts == 2 {
+// report sends the Hit once a takes no more requests and each one's ends
+// have come.
+func (a *armed) report() {
+	if a.closed && a.pending == 0 && !a.reported {
+		a.reported = true
 		a.hit <- a.rep
 	}
-}
-
-func (a *armed) start(name string, keys []string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.rep = Hit{Mode: a.Mode, Script: name, Keys: keys, Sent: time.Now()}
 }
 
 // run sends one request (send) under fault a: it returns send's result,
@@ -244,11 +311,10 @@ func holdBack[R any](f *Faulty, ctx context.Context, a *armed, send func(context
 // Eval runs the script on the wrapped backend, under the armed fault if
 // it takes this request.
 func (f *Faulty) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
-	a := f.take(s.Name)
+	a := f.take(s.Name, keys)
 	if a == nil {
 		return f.inner.Eval(ctx, s, keys, args)
 	}
-	a.start(s.Name, keys)
 	return run(f, ctx, a, func(ctx context.Context) (backend.Reply, error) {
 		return f.inner.Eval(ctx, s, keys, args)
 	}, func(backend.Reply) backend.Reply { return backend.Reply{} })
@@ -261,11 +327,10 @@ func (f *Faulty) EvalBatch(ctx context.Context, calls []backend.Call) []backend.
 	if len(calls) == 0 {
 		return f.inner.EvalBatch(ctx, calls)
 	}
-	a := f.take(calls[0].Script.Name)
+	a := f.take(calls[0].Script.Name, calls[0].Keys)
 	if a == nil {
 		return f.inner.EvalBatch(ctx, calls)
 	}
-	a.start(calls[0].Script.Name, calls[0].Keys)
 	res, err := run(f, ctx, a, func(ctx context.Context) ([]backend.Result, error) {
 		res := f.inner.EvalBatch(ctx, calls)
 		return res, batchErr(res)
@@ -307,11 +372,10 @@ func (f *Faulty) Wait() { f.wg.Wait() }
 // armed fault: the script and its WAIT are one request.
 func (f *Faulty) evalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
 	rw := f.inner.(backend.ReplicaWaiter)
-	a := f.take(s.Name)
+	a := f.take(s.Name, keys)
 	if a == nil {
 		return rw.EvalWait(ctx, s, keys, args, replicas, timeout)
 	}
-	a.start(s.Name, keys)
 	type waited struct {
 		r     backend.Reply
 		acked int
@@ -321,11 +385,4 @@ func (f *Faulty) evalWait(ctx context.Context, s *backend.Script, keys, args []s
 		return waited{r, n}, err
 	}, func(waited) waited { return waited{} })
 	return w.r, w.acked, err
-}
-
-// Armed reports whether a fault is armed and no request has taken it yet.
-func (f *Faulty) Armed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.armed != nil
 }

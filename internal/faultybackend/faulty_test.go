@@ -265,3 +265,36 @@ func waitTaken(t *testing.T, f *Faulty) {
 	}
 	t.Fatal("no request took the armed fault")
 }
+
+// TestLoseReply_For: for its window the fault loses the reply of every
+// request of the same script on the same key (a caller's retries), each
+// of which runs; other keys pass, and the requests after the window are
+// answered.
+func TestLoseReply_For(t *testing.T) {
+	inner := dial(t)
+	b, f := Wrap(inner)
+	hits := f.Arm(Fault{Mode: LoseReply, For: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := b.Eval(ctx, incr, []string{"k"}, nil); !errors.Is(err, ErrReplyLost) {
+			t.Fatalf("request %d in the window: %v, want ErrReplyLost", i, err)
+		}
+	}
+	if r, err := b.Eval(ctx, incr, []string{"other"}, nil); err != nil || r.Int != 1 {
+		t.Fatalf("another key in the window: %v, %v", r, err)
+	}
+	if f.Disarm() {
+		t.Error("Disarm of a fault taken already reported it untaken")
+	}
+	h := waitHit(t, hits)
+	if h.Requests != 3 || h.Err != nil {
+		t.Errorf("hit %+v: want 3 requests", h)
+	}
+	if got := get(t, inner, "k"); got != "3" {
+		t.Fatalf("the key is %q, want 3: every request ran", got)
+	}
+	if r, err := b.Eval(ctx, incr, []string{"k"}, nil); err != nil || r.Int != 4 {
+		t.Fatalf("after the window: %v, %v; want 4", r, err)
+	}
+}

@@ -76,10 +76,16 @@ const armWithin = 3 * time.Second
 func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Delay: time.Duration(n.rnd.IntN(300)) * time.Millisecond,
 		Scripts: faultScripts[n.rnd.IntN(len(faultScripts))]}
-	if kind == FaultHoldBack {
+	switch {
+	case kind == FaultHoldBack:
 		// Below the waiter timeout's margin (a held-back heartbeat leaves
 		// its waiter live) and the attempt bound (5 s).
 		fault.Mode, fault.Delay = faultybackend.HoldBack, time.Duration(50+n.rnd.IntN(2450))*time.Millisecond
+	case n.rnd.IntN(2) == 0:
+		// Every reply to one owner's attempts on one lock, for a while:
+		// a call may give up with each of its grants' replies lost (issue
+		// 46 defect 1 needs that).
+		fault.Scripts, fault.For = []string{"acquire"}, time.Duration(200+n.rnd.IntN(1300))*time.Millisecond
 	}
 	fb := c.faults()
 	hits := fb.Arm(fault)
@@ -95,7 +101,7 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 		// Taken just now: its report comes once it ran and returned.
 		select {
 		case hit = <-hits:
-		case <-time.After(fault.Delay + 15*time.Second):
+		case <-time.After(fault.For + fault.Delay + 15*time.Second):
 			n.t.Errorf("soak: a %s fault on %s taken but never reported", kind, c.label)
 			return Fault{}, false
 		}
@@ -106,6 +112,9 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	}
 	f := Fault{Kind: kind, Target: c.label, Start: n.h.At(hit.Sent), End: n.h.At(end),
 		Detail: fmt.Sprintf("%s %s, delay %v", hit.Script, strings.Join(hit.Keys[:min(1, len(hit.Keys))], " "), fault.Delay)}
+	if fault.For > 0 {
+		f.Detail += fmt.Sprintf(", %d requests in %v", hit.Requests, fault.For)
+	}
 	if hit.Err != nil {
 		f.Detail += "; the server did not answer it: " + hit.Err.Error()
 	}
