@@ -1,8 +1,13 @@
 package soak
 
 import (
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The checkers with faults on single messages: a lost reply, a request
@@ -187,5 +192,47 @@ func TestCheckFIFOSharedOwnerQueuePosition(t *testing.T) {
 				t.Errorf("%d FIFO violations, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// TestMessageFaultsOnARealClient: each message-level fault takes a real
+// request of a working owner (or floods a real client's channels), is
+// recorded with the request it took, and the history the owners made
+// meanwhile keeps every promise.
+func TestMessageFaultsOnARealClient(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer raw.Close()
+	w := newWorkload(Config{Seed: 1, Lease: 15 * time.Second})
+	c := w.addClient(t, Adapters[0], "rueidis#0", srv.Addr(), nil)
+	for k := range 2 {
+		o := &goOwner{id: int64(100 + k), name: sharedNames[0], c: c, h: w.h, lease: 15 * time.Second, rnd: rand.New(rand.NewPCG(1, uint64(k)))}
+		w.owners = append(w.owners, o)
+		w.loop(o.step)
+	}
+	n := &nemesis{t: t, h: w.h, raw: raw, clients: w.clients, rnd: rand.New(rand.NewPCG(1, 9)),
+		admin: &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}}
+	var got []Fault
+	for _, kind := range []FaultKind{FaultReplyLost, FaultReplyLost, FaultHoldBack} {
+		f, ok := n.armOne(c, kind)
+		if !ok {
+			t.Fatalf("no request took a %s fault in %v", kind, armWithin)
+		}
+		got = append(got, f)
+	}
+	got = append(got, n.burst(c))
+	w.finish()
+	for _, f := range got {
+		if f.Target != c.label || f.Start <= 0 || f.End < f.Start || f.Detail == "" {
+			t.Errorf("fault %+v: want its target, times and what it took", f)
+		}
+		t.Logf("%s: %s", f.Kind, f.Detail)
+		w.h.AddFault(f)
+	}
+	if !strings.Contains(got[3].Detail, "fairlock_client:") {
+		t.Errorf("the burst flooded %q, not the client's channel", got[3].Detail)
+	}
+	if r := Check(w.h, DefaultBounds(15*time.Second)); len(r.Violations) > 0 {
+		t.Errorf("violations: %v", r.Violations)
 	}
 }
