@@ -39,6 +39,11 @@ const (
 	// up with its context's error, and requests sent after it, by this
 	// caller or any other, go ahead of it.
 	HoldBack
+	// DelayReply runs the script at once and hands its reply to the
+	// caller only Fault.Delay later (or the caller's context error, if
+	// that ends first): a grant on its way while other messages - a
+	// notice that it was force-unlocked - overtake it.
+	DelayReply
 )
 
 func (m Mode) String() string {
@@ -47,6 +52,8 @@ func (m Mode) String() string {
 		return "lose-reply"
 	case HoldBack:
 		return "hold-back"
+	case DelayReply:
+		return "delay-reply"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -273,6 +280,9 @@ func run[R any](f *Faulty, ctx context.Context, a *armed, send func(context.Cont
 	defer t.Stop()
 	select {
 	case <-t.C:
+		if a.Mode == DelayReply {
+			return r, nil
+		}
 		return lose(r), faultErr{fmt.Errorf("faultybackend: the reply was lost after the script ran: %w", ErrReplyLost)}
 	case <-ctx.Done():
 		return lose(r), faultErr{fmt.Errorf("faultybackend: no reply (lost after the script ran): %w", ctx.Err())}

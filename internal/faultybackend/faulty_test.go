@@ -298,3 +298,53 @@ func TestLoseReply_For(t *testing.T) {
 		t.Fatalf("after the window: %v, %v; want 4", r, err)
 	}
 }
+
+// TestDelayReply: the script runs at once, its reply comes after the
+// delay, and a request sent meanwhile is answered first.
+func TestDelayReply(t *testing.T) {
+	inner := dial(t)
+	b, f := Wrap(inner)
+	hits := f.Arm(Fault{Mode: DelayReply, Delay: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	type result struct {
+		r   backend.Reply
+		err error
+		at  time.Time
+	}
+	delayed := make(chan result, 1)
+	go func() {
+		r, err := b.Eval(ctx, incr, []string{"k"}, nil)
+		delayed <- result{r, err, time.Now()}
+	}()
+	waitTaken(t, f)
+	if got := waitKey(t, inner, "k", "1"); got != "1" {
+		t.Fatalf("the key is %q while the reply is delayed, want 1: the script runs at once", got)
+	}
+	answered := time.Now()
+	select {
+	case res := <-delayed:
+		t.Fatalf("the delayed reply came before a later request's: %v, %v", res.r, res.err)
+	default:
+	}
+	res := <-delayed
+	if res.err != nil || res.r.Int != 1 || !res.at.After(answered) {
+		t.Fatalf("the delayed reply: %v, %v", res.r, res.err)
+	}
+	if h := waitHit(t, hits); h.Returned.Sub(h.Ran) < 900*time.Millisecond {
+		t.Errorf("hit %+v: the reply came %v after the script ran, want about 1 s", h, h.Returned.Sub(h.Ran))
+	}
+}
+
+// waitKey polls key until it reads want (bounded), and returns what it
+// read last.
+func waitKey(t *testing.T, b backend.Backend, key, want string) string {
+	t.Helper()
+	var got string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if got = get(t, b, key); got == want {
+			break
+		}
+	}
+	return got
+}

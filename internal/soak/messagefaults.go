@@ -127,9 +127,10 @@ const burstSize = 4 * backend.SubscriptionBuffer
 
 // burst floods c's channel (where its loss notices come) and its owners'
 // wake-up channels on the shared locks with burstSize messages each, in
-// one pipeline, while every lock is force-unlocked at once (so loss
-// notices, some for grants still on their way, are among what the
-// subscriptions summarise).
+// one pipeline, while every lock is force-unlocked at once - and, when
+// one of c's acquires comes within armWithin, while that acquire's reply
+// is held back after its script ran (issue 46 defect 2: the notice that
+// its grant was force-unlocked is among what the subscription summarises).
 func (n *nemesis) burst(c *goClient) Fault {
 	f := Fault{Kind: FaultNoticeBurst, Target: c.label, Start: n.h.Now()}
 	channels, err := burstChannels(c)
@@ -137,6 +138,12 @@ func (n *nemesis) burst(c *goClient) Fault {
 		f.Detail = err.Error()
 		f.End = n.h.Now()
 		return f
+	}
+	fb := c.faults()
+	delay := time.Duration(200+n.rnd.IntN(600)) * time.Millisecond
+	hits := fb.Arm(faultybackend.Fault{Mode: faultybackend.DelayReply, Delay: delay, Scripts: []string{"acquire"}})
+	for end := time.Now().Add(armWithin); fb.Armed() && time.Now().Before(end); {
+		time.Sleep(time.Millisecond) // bounded polling: the flood waits for a grant in flight
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -159,10 +166,18 @@ func (n *nemesis) burst(c *goClient) Fault {
 		f.Detail = "PUBLISH: " + err.Error()
 	}
 	wg.Wait()
-	f.End = n.h.Now()
 	if f.Detail == "" {
 		f.Detail = fmt.Sprintf("%d messages on each of %s", burstSize, strings.Join(channels, ", "))
 	}
+	if !fb.Disarm() {
+		select {
+		case hit := <-hits:
+			f.Detail += fmt.Sprintf("; the reply to %s %s held back %v after it ran", hit.Script, strings.Join(hit.Keys[:min(1, len(hit.Keys))], " "), delay)
+		case <-time.After(delay + 15*time.Second):
+			n.t.Errorf("soak: a delayed reply on %s taken but never reported", c.label)
+		}
+	}
+	f.End = n.h.Now()
 	return f
 }
 

@@ -229,8 +229,8 @@ func TestMessageFaultsOnARealClient(t *testing.T) {
 		t.Logf("%s: %s", f.Kind, f.Detail)
 		w.h.AddFault(f)
 	}
-	if !strings.Contains(got[3].Detail, "fairlock_client:") {
-		t.Errorf("the burst flooded %q, not the client's channel", got[3].Detail)
+	if !strings.Contains(got[3].Detail, "fairlock_client:") || !strings.Contains(got[3].Detail, "held back") {
+		t.Errorf("the burst %q: want the client's channel flooded across an acquire's held-back reply", got[3].Detail)
 	}
 	if r := Check(w.h, DefaultBounds(15*time.Second)); len(r.Violations) > 0 {
 		t.Errorf("violations: %v", r.Violations)
