@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -234,5 +235,44 @@ func TestMessageFaultsOnARealClient(t *testing.T) {
 	}
 	if r := Check(w.h, DefaultBounds(15*time.Second)); len(r.Violations) > 0 {
 		t.Errorf("violations: %v", r.Violations)
+	}
+}
+
+// TestCheckNoticesEndedInFlight: a hold whose grant a ForceUnlock
+// overlapped (its reply on its way), which nothing else ended, must be
+// told soon after its reply came: one that lived on until the watchdog's
+// tick (issue 46 defect 2) is a violation; one told at once, one with a
+// fault on its client, one released (the ForceUnlock ran before the
+// grant) and one with a lease of its own are not.
+func TestCheckNoticesEndedInFlight(t *testing.T) {
+	lost := "lock: lock lost: no longer held (lease ran out, force-unlocked or deleted)"
+	for _, c := range []struct {
+		name  string
+		done  time.Duration
+		why   string
+		lease time.Duration
+		fault bool
+		want  int
+	}{
+		{"told at the tick", 5 * time.Second, lost, 0, false, 1},
+		{"told at once", 120 * msec, lost, 0, false, 0},
+		{"a partition meanwhile", 5 * time.Second, lost, 0, true, 0},
+		{"released", 5 * time.Second, "lock: released", 0, false, 0},
+		{"a lease of its own", 5 * time.Second, lost, 3 * time.Second, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			a := hold("L", "a", 1, 100*msec, 0)
+			a.Lease = c.lease
+			acquire(h, a, 10*msec)
+			a.ended(c.done, errors.New(c.why))
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 40 * msec, Return: 60 * msec, Released: true})
+			if c.fault {
+				h.AddFault(Fault{Kind: FaultPartition, Target: a.Client, Start: 2 * time.Second, End: 3 * time.Second})
+			}
+			if got := checks(h)["notice"]; got != c.want {
+				t.Errorf("%d notice violations, want %d", got, c.want)
+			}
+		})
 	}
 }
