@@ -1,9 +1,10 @@
 // Package faultybackend wraps a backend.Backend with faults at the level
 // of one request, which a proxy in front of a connection cannot make: the
 // reply to one script lost after the script ran, while the connection
-// stays up, and one script held back before it reaches the server while
+// stays up; one script held back before it reaches the server while
 // later requests go past it (a client's connections keep no order between
-// them). A fault is armed for the next script request and then disarms
+// them); one reply held back after its script ran, while other messages
+// overtake it. A fault is armed for the next script request and then disarms
 // itself, so a test or the soak's nemesis decides which request and when.
 //
 // The wrapper keeps the wrapped backend's optional capabilities
@@ -285,7 +286,7 @@ func run[R any](f *Faulty, ctx context.Context, a *armed, send func(context.Cont
 		}
 		return lose(r), faultErr{fmt.Errorf("faultybackend: the reply was lost after the script ran: %w", ErrReplyLost)}
 	case <-ctx.Done():
-		return lose(r), faultErr{fmt.Errorf("faultybackend: no reply (lost after the script ran): %w", ctx.Err())}
+		return lose(r), faultErr{fmt.Errorf("faultybackend: no reply before the caller gave up (the script ran): %w", ctx.Err())}
 	}
 }
 
