@@ -14,7 +14,8 @@
 # valkey-go, go-redis, go-redis-new; the Java owners and the rueidis
 # client made of two stay);
 # --without leaves fault kinds out of the standalone nemesis (eviction,
-# long-pause);
+# long-pause, and the faults on single messages: reply-lost, held-back,
+# notice-burst);
 # --out keeps the history and the violation reports (text, porcupine's
 # HTML) in DIR; --report rewrites FILE's generated soak section
 # (RELIABILITY.md).

@@ -88,17 +88,23 @@ type Report struct {
 // Check runs every checker over h.
 func Check(h *History, b Bounds) Report {
 	ops, holds, faults := h.Ops(), h.Holds(), h.Faults()
+	// A burst of notices cuts nobody off: the client's subscription
+	// summarises what it queued as a "re-check everything", so its
+	// holders are still told in time. A reply lost or a request held back
+	// neither makes a waiter look dead nor reorders a queue.
+	told := keepFaults(faults, func(k FaultKind) bool { return k != FaultNoticeBurst })
+	ordered := keepFaults(faults, func(k FaultKind) bool { return !k.messageLevel() })
 	var r Report
 	r.Violations = append(r.Violations, checkTokens(ops)...)
 	stalls := h.Stalls()
-	r.Violations = append(r.Violations, checkExclusion(ops, holds, faults, stalls, b)...)
-	v, lat := checkNotices(ops, holds, faults, stalls, b)
+	r.Violations = append(r.Violations, checkExclusion(ops, holds, told, stalls, b)...)
+	v, lat := checkNotices(ops, holds, told, stalls, b)
 	r.Violations = append(r.Violations, v...)
 	r.Notices = lat
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, faults)...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered)...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -323,6 +329,13 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 // while its holder was to be told.
 func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (Violation, *Latency, bool) {
 	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
+	next := time.Duration(1 << 62) // the next ending call after the grant
+	if i < len(enders) {
+		next = enders[i].Call
+	}
+	if v, bad := endedInFlight(h, enders[:i], next, faults, stalls, b); bad {
+		return v, nil, true
+	}
 	if i == len(enders) {
 		return Violation{}, nil, false
 	}
@@ -360,6 +373,44 @@ func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (
 	return Violation{}, &Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: max(done-e.Return, 0)}, true
 }
 
+// endedInFlight checks h, a hold whose grant overlapped ending calls
+// (before, those of its lock called before its grant's reply came back)
+// and that ended lost before the next one (called at next) could have
+// ended it, with no fault on its client or the server from its call to its
+// end: only one of those calls can have ended it, while its grant's reply
+// was on its way, and its holder must learn of it within that call's
+// bound after the reply came (issue 46 defect 2: a loss notice
+// summarised into a burst was lost, and the hold lived on until the
+// watchdog's tick). A hold with a lease of its own may have ended by it,
+// and one still open at the end of the history tells nothing.
+func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, stalls []Stall, b Bounds) (Violation, bool) {
+	done, why := h.Done()
+	if done == 0 || done > next || h.Lease > 0 || !strings.Contains(why, lostErr) {
+		return Violation{}, false
+	}
+	var deadline time.Duration
+	var by *Op
+	for _, o := range before {
+		if o.Return > h.Called {
+			if d := max(o.Return, h.Acquired) + noticeBound(o, h, b); d > deadline {
+				deadline, by = d, o
+			}
+		}
+	}
+	if by == nil || done <= deadline+lateness(stalls, h.Acquired-stallNear, done+stallNear) {
+		return Violation{}, false
+	}
+	if u := h.Unlocking(); u > 0 && u < deadline || faultDuring(faults, h.Client, h.Called, done, 0) {
+		return Violation{}, false
+	}
+	return Violation{"notice", h.Lock, deadline,
+		fmt.Sprintf("%v overlapped the grant of %v, which nothing else ended; its Done closed %s after the grant (%s), bound %v",
+			by, h, ms(done-h.Acquired), why, deadline-max(by.Return, h.Acquired)), []int{by.ID}}, true
+}
+
+// lostErr is the text of lock's ErrLockLost.
+var lostErr = lock.ErrLockLost.Error()
+
 // noticeBound is how long after e returned h's holder may learn of it:
 // the notice bound, or the watchdog's tick for a DEL by hand or a
 // Redisson forceUnlock seen by a client that watches no keys.
@@ -389,11 +440,37 @@ func checkErrors(ops []*Op, faults []Fault, stalls []Stall) []Violation {
 			margin = 6 * time.Second
 		}
 		if op.Unavail && !faultDuring(faults, op.Client, op.Call, op.Return, margin) &&
-			!(strings.Contains(op.Err, noReply) && overloaded(stalls, op.Return)) {
+			!(strings.Contains(op.Err, noReply) && overloaded(stalls, op.Return)) &&
+			!(strings.Contains(op.Err, ownerWaits) && siblingWaited(ops, stalls, op)) {
 			out = append(out, Violation{"errors", op.Lock, op.Return, fmt.Sprintf("%v: server unavailable, with no fault near the call", op), []int{op.ID}})
 		}
 	}
 	return out
+}
+
+// siblingWaited reports whether op, a call that gave up while another
+// call of its owner held the owner's gate (ownerWaits), gave up while a
+// call of its owner on its lock made at the same time (one Mutex, two
+// goroutines) was in flight, waiting for the server: that call's first
+// reply came only after op returned, or op's own wait was shorter than a
+// round trip may take on a loaded machine (Bounds.Return), or the process
+// was overloaded. Without a sibling call, only a call that gave up
+// earlier can hold the gate, and only a fault keeps it that long.
+func siblingWaited(ops []*Op, stalls []Stall, op *Op) bool {
+	const roundTrip = 300 * time.Millisecond
+	for _, s := range ops {
+		if s == op || !s.Kind.acquire() || s.Owner != op.Owner || s.Lock != op.Lock || s.Call > op.Return || s.Return < op.Return {
+			continue
+		}
+		first := s.Return // its first reply: when it queued, else its end
+		if s.Queued > 0 {
+			first = s.Queued
+		}
+		if first >= op.Return || op.Return-op.Call <= roundTrip || overloaded(stalls, op.Return) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkBusy: ErrNotAcquired says the lock was busy - another owner held
@@ -770,13 +847,24 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // for a: its call, or the call of an earlier acquire of the owner that
 // failed with an error that may have left its entry queued (Redisson
 // leaves the queue only when tryLock gives up; fairlock's cleanup after
-// an error is best effort), back to the owner's last clean outcome.
+// an error is best effort), back to the owner's last clean outcome - or
+// the call of an acquire of the owner that got no hold (or a's own, as a
+// re-entry) and was still in flight when a later one of the chain began: one owner's calls at once
+// (a Mutex two goroutines share) wait in one queue entry, the owner's, and
+// one that gives up leaves it to the others (RULES.md B3).
 func queuedSince(ops []*Op, a *Op) time.Duration {
 	since := a.Call
 	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
+		}
+		if (p.Hold == nil || p.Hold == a.Hold) && p.Return >= since {
+			// A sibling call: the entry may be its - and when both were
+			// granted the one hold, which of the two returned first with
+			// it (the new hold, as recorded) says nothing of who queued.
+			since = p.Call
+			continue
 		}
 		if p.Err == "" || p.NotAcq {
 			break // held, or gave up cleanly

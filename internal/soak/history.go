@@ -191,6 +191,23 @@ const (
 	// ends every hold and drops every queue, as KindEviction records per
 	// lock.
 	FaultEvict FaultKind = "eviction"
+	// Faults at the level of one message, on one Go client (Target its
+	// label; Detail the script and its first key), made by the
+	// faultybackend decorator around the client's backend: the reply of
+	// one script lost after the script ran, the connection staying up
+	// (the caller sees a read timeout: its outcome is unknown); one script
+	// held back before it reached the server while later requests went
+	// past it (it runs late, perhaps after its caller gave up). Start is
+	// when the request was sent, End when it had both run and returned.
+	FaultReplyLost FaultKind = "reply-lost"
+	FaultHoldBack  FaultKind = "held-back"
+	// FaultNoticeBurst floods one Go client's channel (where loss notices
+	// come) and its owners' wake-up channels with more messages than a
+	// subscription queues (backend.SubscriptionBuffer), while every lock
+	// is force-unlocked at once: the client's subscriptions fall behind
+	// and summarise what they queued as one "re-check everything" event,
+	// loss notices of grants in flight among it.
+	FaultNoticeBurst FaultKind = "notice-burst"
 
 	// Cluster faults (RunCluster), all with Target "server": a shared
 	// lock's slot moved to another primary; a primary killed, its replica
@@ -212,6 +229,26 @@ type Fault struct {
 	// the failed primary served: a saved history keeps them, so that
 	// TestRecheck tells the documented exceptions (RULES.md X9) apart.
 	Locks []string `json:",omitempty"`
+	// Detail says which request a message-level fault took.
+	Detail string `json:",omitempty"`
+}
+
+// messageLevel reports whether k is a fault on one message (a reply lost,
+// a request held back, a burst of notices), which cuts no client off the
+// server: a waiter stays live through it and a holder can still be told.
+func (k FaultKind) messageLevel() bool {
+	return k == FaultReplyLost || k == FaultHoldBack || k == FaultNoticeBurst
+}
+
+// keepFaults returns the faults of the kinds keep is true for.
+func keepFaults(faults []Fault, keep func(FaultKind) bool) []Fault {
+	var out []Fault
+	for _, f := range faults {
+		if keep(f.Kind) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // History is everything a run recorded. It is safe for concurrent use
@@ -241,6 +278,9 @@ func NewHistory(seed uint64) *History { return &History{Seed: seed, start: time.
 
 // Now is the history's clock.
 func (h *History) Now() time.Duration { return time.Since(h.start) }
+
+// At is t on the history's clock.
+func (h *History) At(t time.Time) time.Duration { return t.Sub(h.start) }
 
 // Add records op and returns it with its ID.
 func (h *History) Add(op *Op) *Op {

@@ -32,8 +32,10 @@ type Config struct {
 	// unless NoJava).
 	NoJava bool
 	// Without are fault kinds the standalone nemesis leaves out
-	// (FaultEvict, FaultLongPause): an eviction becomes a latency fault, a
-	// long pause a restart.
+	// (FaultEvict, FaultLongPause, and the message-level FaultReplyLost,
+	// FaultHoldBack, FaultNoticeBurst): an eviction becomes a latency
+	// fault, a long pause a restart, a message-level fault one of the
+	// others.
 	Without []FaultKind
 }
 
@@ -85,11 +87,11 @@ func Run(t *testing.T, cfg Config) Result {
 		w.startJavas(t, func() (backend.Backend, error) { return Adapters[0].Dial(jp.Addr()) }, false)
 	}
 	defer w.closeJavas()
-	w.startAdmin(admin)
+	ad := w.startAdmin(admin)
 
 	stalls := watchStalls(w.h)
 	defer stalls()
-	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split,
+	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split, clients: w.clients, admin: ad,
 		names: lockNames(len(w.clients)), without: cfg.Without, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	runFaults(cfg, nm.step)
 	w.finish()
@@ -131,6 +133,7 @@ type workload struct {
 	owners  []*goOwner
 	javas   []*javaOwner
 	jbs     []backend.Backend // the Java owners' backends, closed by closeJavas
+	long    longHolds         // the locks in a long hold now
 
 	ctx  context.Context
 	stop context.CancelFunc
@@ -184,16 +187,23 @@ func (w *workload) addClient(t *testing.T, a Adapter, lbl, addr string, extra []
 }
 
 // startOwners starts, on every client, an owner of each shared lock and
-// of each of the client's private locks.
+// of each of the client's private locks, and its many-locks owner.
 func (w *workload) startOwners() {
 	for i, c := range w.clients {
 		names := append(append([]string{}, sharedNames...), privateNames(i)...)
 		for k, name := range names {
-			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease,
+			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease, long: &w.long,
 				rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
 			w.owners = append(w.owners, o)
 			w.loop(o.step)
 		}
+		mo := &manyOwner{rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(5000+i))), long: &w.long}
+		for _, name := range manyNames(i) {
+			o := &goOwner{id: 200, name: name, c: c, h: w.h, lease: w.cfg.Lease, private: true}
+			mo.owners = append(mo.owners, o)
+			w.owners = append(w.owners, o)
+		}
+		w.loop(mo.step)
 	}
 }
 
@@ -229,9 +239,10 @@ func (w *workload) closeJavas() {
 
 // startAdmin starts the admin, which DELs lock hashes by hand through
 // raw.
-func (w *workload) startAdmin(raw redis.UniversalClient) {
-	ad := &adminActor{h: w.h, clients: w.clients, raw: raw, rnd: rand.New(rand.NewPCG(w.cfg.Seed, 7)), javas: w.javas}
+func (w *workload) startAdmin(raw redis.UniversalClient) *adminActor {
+	ad := &adminActor{h: w.h, clients: w.clients, raw: raw, rnd: rand.New(rand.NewPCG(w.cfg.Seed, 7)), javas: w.javas, long: &w.long}
 	w.loop(ad.step)
+	return ad
 }
 
 // finish stops the actors, waits for them, then releases every hold
@@ -328,6 +339,7 @@ type adminActor struct {
 	raw     redis.UniversalClient // a DEL by hand goes through it
 	rnd     *rand.Rand
 	javas   []*javaOwner
+	long    *longHolds // the locks forceAll may spare
 	n       int64
 }
 
@@ -336,27 +348,16 @@ func (a *adminActor) step(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	names := a.names()
 	c := a.clients[a.rnd.IntN(len(a.clients))]
 	switch r := a.rnd.IntN(20); {
 	case r < 6:
-		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindForceUnlock)
+		a.evict(ctx, c, a.pick(), KindForceUnlock)
 	case r < 8:
-		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindDelHash)
+		a.evict(ctx, c, a.pick(), KindDelHash)
 	case r < 12:
-		// A burst: every lock at once, as an operator clearing a client's
-		// locks would.
-		var wg sync.WaitGroup
-		for _, name := range names {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.evict(ctx, c, name, KindForceUnlock)
-			}()
-		}
-		wg.Wait()
+		a.forceAll(ctx, c, a.rnd.IntN(10) != 0)
 	case r < 13:
-		a.evict(ctx, c, names[a.rnd.IntN(len(names))], KindDelete)
+		a.evict(ctx, c, a.pick(), KindDelete)
 	case r < 15:
 		a.prune(ctx, c, sharedNames[a.rnd.IntN(len(sharedNames))])
 	case r < 16 && len(a.javas) > 0:
@@ -375,12 +376,35 @@ func (a *adminActor) step(ctx context.Context) {
 	}
 }
 
-func (a *adminActor) names() []string {
-	names := append([]string{}, sharedNames...)
-	for i := range a.clients {
-		names = append(names, privateNames(i)...)
+// pick draws a lock to end the hold of: one of the shared and private
+// locks, or one time in three one of the many-locks owners' locks.
+func (a *adminActor) pick() string {
+	i := a.rnd.IntN(len(a.clients))
+	if a.rnd.IntN(3) == 0 {
+		many := manyNames(i)
+		return many[a.rnd.IntN(len(many))]
 	}
-	return names
+	names := append(append([]string{}, sharedNames...), privateNames(i)...)
+	return names[a.rnd.IntN(len(names))]
+}
+
+// forceAll force-unlocks every lock at once through client c, as an
+// operator clearing a client's locks would: a client holding many of them
+// is told of more losses at once than a subscription queues. spare leaves
+// out the locks in a long hold.
+func (a *adminActor) forceAll(ctx context.Context, c *goClient, spare bool) {
+	var wg sync.WaitGroup
+	for _, name := range lockNames(len(a.clients)) {
+		if spare && a.long.has(name) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.evict(ctx, c, name, KindForceUnlock)
+		}()
+	}
+	wg.Wait()
 }
 
 // evict ends whatever hold name has: ForceUnlock, Delete (through a new
@@ -436,14 +460,17 @@ type nemesis struct {
 	srv     *redistest.Server
 	raw     *redis.Client // straight to the server: CLIENT PAUSE, the eviction
 	proxies map[string][]*redistest.Proxy
-	split   string   // the label of the client made of two
-	names   []string // every lock the workload uses
+	split   string // the label of the client made of two
+	clients []*goClient
+	admin   *adminActor // a notice burst force-unlocks every lock through it
+	names   []string    // every lock the workload uses
 	without []FaultKind
 	rnd     *rand.Rand
 	count   map[FaultKind]int
 }
 
-// step waits a little, then runs one fault, never past left.
+// step waits a little, then runs one fault (or a few on single
+// messages), never past left.
 func (n *nemesis) step(left time.Duration) {
 	if n.count == nil {
 		n.count = map[FaultKind]int{}
@@ -459,7 +486,15 @@ func (n *nemesis) step(left time.Duration) {
 		targets = append(targets, name)
 	}
 	slices.Sort(targets)
-	f := Fault{Target: targets[n.rnd.IntN(len(targets))], Start: n.h.Now()}
+	target := targets[n.rnd.IntN(len(targets))]
+	if fs, ok := n.messageFault(target); ok {
+		for _, f := range fs {
+			n.h.AddFault(f)
+			n.count[f.Kind]++
+		}
+		return
+	}
+	f := Fault{Target: target, Start: n.h.Now()}
 	f.Kind = n.inject(f.Target, time.Duration(200+n.rnd.IntN(2000))*time.Millisecond)
 	switch f.Kind {
 	case FaultPause, FaultLongPause, FaultClientPause, FaultRestart:
@@ -637,6 +672,7 @@ func lockNames(clients int) []string {
 	names := append([]string(nil), sharedNames...)
 	for i := range clients {
 		names = append(names, privateNames(i)...)
+		names = append(names, manyNames(i)...)
 	}
 	return names
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/goredisbackend"
 	"github.com/fairlock/fairlock/internal/backendtest"
+	"github.com/fairlock/fairlock/internal/faultybackend"
 	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/lock/observe"
@@ -69,7 +70,8 @@ type goClient struct {
 
 	mu       sync.RWMutex
 	lc       *lock.Client
-	replaced chan struct{} // closed when open replaces lc
+	faulty   *faultybackend.Faulty // lc's backend's fault switch
+	replaced chan struct{}         // closed when open replaces lc
 }
 
 func (c *goClient) open() error {
@@ -77,13 +79,14 @@ func (c *goClient) open() error {
 	if err != nil {
 		return err
 	}
-	lc, err := lock.NewClient(b, append(c.opts, lock.WithObserver(c.rec))...)
+	fb, faulty := faultybackend.Wrap(b)
+	lc, err := lock.NewClient(fb, append(c.opts, lock.WithObserver(c.rec))...)
 	if err != nil {
 		b.Close()
 		return err
 	}
 	c.mu.Lock()
-	c.lc = lc
+	c.lc, c.faulty = lc, faulty
 	if c.replaced != nil {
 		close(c.replaced)
 	}
@@ -113,6 +116,13 @@ func (c *goClient) dial() (backend.Backend, error) {
 	return backendtest.Split{Backend: b, Subs: sw}, nil
 }
 
+// faults returns the fault switch of c's current backend.
+func (c *goClient) faults() *faultybackend.Faulty {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.faulty
+}
+
 func (c *goClient) client() *lock.Client {
 	lc, _ := c.current()
 	return lc
@@ -136,6 +146,7 @@ type goOwner struct {
 	rnd     *rand.Rand
 	lease   time.Duration // the client's
 	private bool          // the only owner of its lock
+	long    *longHolds    // where its long holds are marked
 
 	hold  *Hold
 	lh    *lock.Hold
@@ -175,10 +186,14 @@ func (o *goOwner) step(ctx context.Context) {
 
 func (o *goOwner) holding(ctx context.Context, m *lock.Mutex) {
 	hold := 300 * time.Millisecond
-	switch r := o.rnd.IntN(10); {
-	case r == 0:
+	switch r := o.rnd.IntN(40); {
+	case o.private && r == 0:
+		// Past many renewals: a private lock, so no queue waits it out.
+		o.long.during([]string{o.name}, func() { sleepFor(ctx, longHold(o.rnd)) })
+		hold = 0
+	case r < 4:
 		hold = 5 * time.Second // a long hold: a loss the holder is not told of shows
-	case o.private || r < 3:
+	case o.private || r < 12:
 		hold = 1500 * time.Millisecond // a client holds several locks at once
 	}
 	pause(ctx, o.rnd, hold)
@@ -202,6 +217,8 @@ func (o *goOwner) acquire(ctx context.Context, m *lock.Mutex) {
 		o.acquireWith(ctx, m, KindLockLease, time.Duration(300+o.rnd.IntN(2700))*time.Millisecond, limit)
 	case r < 7:
 		o.acquireWith(ctx, m, KindTryOnce, 0, 2*time.Second)
+	case r == 9 && !o.private:
+		o.sharedCalls(ctx, m)
 	default:
 		o.acquireWith(ctx, m, KindTryWait, time.Duration(50+o.rnd.IntN(1500))*time.Millisecond, limit)
 	}
@@ -210,8 +227,20 @@ func (o *goOwner) acquire(ctx context.Context, m *lock.Mutex) {
 // acquireWith runs one acquire of kind under a context that ends after
 // limit (for TryLock(wait), arg is the wait; for LockWithLease the lease).
 func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg, limit time.Duration) {
+	o.acquireOne(ctx, m, kind, arg, limit, 0, nil)
+}
+
+// acquireOne runs one acquire as acquireWith does, cancelling it after
+// cancelAfter when that is not 0, and records it; with mu (the owner's
+// calls at once) it adopts the hold and records the call under mu, as
+// soon as the call returns.
+func (o *goOwner) acquireOne(ctx context.Context, m *lock.Mutex, kind Kind, arg, limit, cancelAfter time.Duration, mu *sync.Mutex) {
 	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	if cancelAfter > 0 {
+		stop := time.AfterFunc(cancelAfter, cancel) // the caller gives up: context.Canceled
+		defer stop.Stop()
+	}
 	op := &Op{Kind: kind, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Limit: limit}
 	if kind == KindTryOnce {
 		op.Limit = 0 // one attempt, within the client's attempt bound
@@ -237,6 +266,10 @@ func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg
 	op.Return = o.h.Now()
 	op.Queued = time.Duration(queued.Load())
 	classify(op, err, ctx)
+	if mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
+	}
 	if err == nil {
 		o.adopt(op, lh, kind, arg)
 	}

@@ -1,0 +1,202 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/backend"
+	"github.com/fairlock/fairlock/internal/faultybackend"
+	"github.com/fairlock/fairlock/lock"
+)
+
+// Faults at the level of one message (FaultReplyLost, FaultHoldBack,
+// FaultNoticeBurst): the nemesis arms the faultybackend decorator around
+// a Go client's backend for its next script request, or floods the
+// client's channels.
+
+// messageFault runs, one time in two, faults on single messages of the
+// Go client target (none for the Java owners' connection) and reports
+// them; false when it ran none. They are short and cut nobody off, so
+// they take half the nemesis' turns and leave the other faults theirs.
+func (n *nemesis) messageFault(target string) ([]Fault, bool) {
+	c := n.goClient(target)
+	r := n.rnd.IntN(20)
+	if c == nil || r >= 10 {
+		return nil, false
+	}
+	var kind FaultKind
+	switch {
+	case r < 4:
+		kind = FaultReplyLost
+	case r < 8:
+		kind = FaultHoldBack
+	default:
+		kind = FaultNoticeBurst
+	}
+	if slices.Contains(n.without, kind) {
+		return nil, false
+	}
+	if kind == FaultNoticeBurst {
+		return []Fault{n.burst(c)}, true
+	}
+	var out []Fault
+	for range 1 + n.rnd.IntN(3) {
+		if f, ok := n.armOne(c, kind); ok {
+			out = append(out, f)
+		}
+	}
+	return out, true
+}
+
+// goClient returns the Go client labelled label (nil: none).
+func (n *nemesis) goClient(label string) *goClient {
+	for _, c := range n.clients {
+		if c.label == label {
+			return c
+		}
+	}
+	return nil
+}
+
+// faultScripts are the scripts a message-level fault may take: half the
+// time an acquire's attempt (whose lost grant is what issue 46 defect 1
+// needs), a quarter the others a holder or waiter sends, a quarter any.
+var faultScripts = [][]string{{"acquire"}, {"acquire"}, {"unlock", "leave", "renew"}, nil}
+
+// armWithin bounds how long an armed fault waits for a request to take it.
+const armWithin = 3 * time.Second
+
+// armOne arms c's backend with one fault of kind and waits for a request
+// to take it; it returns the fault as it happened, false when no request
+// took it in time.
+func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
+	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Delay: time.Duration(n.rnd.IntN(300)) * time.Millisecond,
+		Scripts: faultScripts[n.rnd.IntN(len(faultScripts))]}
+	switch {
+	case kind == FaultHoldBack:
+		// Below the waiter timeout's margin (a held-back heartbeat leaves
+		// its waiter live) and the attempt bound (5 s).
+		fault.Mode, fault.Delay = faultybackend.HoldBack, time.Duration(50+n.rnd.IntN(2450))*time.Millisecond
+	case n.rnd.IntN(2) == 0:
+		// Every reply to one owner's attempts on one lock, for a while:
+		// a call may give up with each of its grants' replies lost (issue
+		// 46 defect 1 needs that).
+		fault.Scripts, fault.For = []string{"acquire"}, time.Duration(200+n.rnd.IntN(1300))*time.Millisecond
+	}
+	fb := c.faults()
+	hits := fb.Arm(fault)
+	t := time.NewTimer(armWithin)
+	defer t.Stop()
+	var hit faultybackend.Hit
+	select {
+	case hit = <-hits:
+	case <-t.C:
+		if fb.Disarm() {
+			return Fault{}, false // nothing took it
+		}
+		// Taken just now: its report comes once it ran and returned.
+		select {
+		case hit = <-hits:
+		case <-time.After(fault.For + fault.Delay + 15*time.Second):
+			n.t.Errorf("soak: a %s fault on %s taken but never reported", kind, c.label)
+			return Fault{}, false
+		}
+	}
+	end := hit.Returned
+	if hit.Ran.After(end) {
+		end = hit.Ran
+	}
+	f := Fault{Kind: kind, Target: c.label, Start: n.h.At(hit.Sent), End: n.h.At(end),
+		Detail: fmt.Sprintf("%s %s, delay %v", hit.Script, strings.Join(hit.Keys[:min(1, len(hit.Keys))], " "), fault.Delay)}
+	if fault.For > 0 {
+		f.Detail += fmt.Sprintf(", %d requests in %v", hit.Requests, fault.For)
+	}
+	if hit.Err != nil {
+		f.Detail += "; the server did not answer it: " + hit.Err.Error()
+	}
+	return f, true
+}
+
+// burstSize is how many messages a notice burst sends on each of its
+// channels: four times what a subscription queues.
+const burstSize = 4 * backend.SubscriptionBuffer
+
+// burst floods c's channel (where its loss notices come) and its owners'
+// wake-up channels on the shared locks with burstSize messages each, in
+// one pipeline, while every lock is force-unlocked at once - and, when
+// one of c's acquires comes within armWithin, while that acquire's reply
+// is held back after its script ran (issue 46 defect 2: the notice that
+// its grant was force-unlocked is among what the subscription summarises).
+func (n *nemesis) burst(c *goClient) Fault {
+	f := Fault{Kind: FaultNoticeBurst, Target: c.label, Start: n.h.Now()}
+	channels, err := burstChannels(c)
+	if err != nil {
+		f.Detail = err.Error()
+		f.End = n.h.Now()
+		return f
+	}
+	fb := c.faults()
+	delay := time.Duration(200+n.rnd.IntN(600)) * time.Millisecond
+	hits := fb.Arm(faultybackend.Fault{Mode: faultybackend.DelayReply, Delay: delay, Scripts: []string{"acquire"}})
+	for end := time.Now().Add(armWithin); fb.Armed() && time.Now().Before(end); {
+		time.Sleep(time.Millisecond) // bounded polling: the flood waits for a grant in flight
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	by, spare := n.clients[n.rnd.IntN(len(n.clients))], n.rnd.IntN(4) != 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n.admin.forceAll(ctx, by, spare)
+	}()
+	pipe := n.raw.Pipeline()
+	for range burstSize {
+		for _, ch := range channels {
+			// Redisson's unlock message: a waiter checks again, the
+			// client's own channel reads it as nothing.
+			pipe.Publish(ctx, ch, "0")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		f.Detail = "PUBLISH: " + err.Error()
+	}
+	wg.Wait()
+	if f.Detail == "" {
+		f.Detail = fmt.Sprintf("%d messages on each of %s", burstSize, strings.Join(channels, ", "))
+	}
+	if !fb.Disarm() {
+		select {
+		case hit := <-hits:
+			f.Detail += fmt.Sprintf("; the reply to %s %s held back %v after it ran", hit.Script, strings.Join(hit.Keys[:min(1, len(hit.Keys))], " "), delay)
+		case <-time.After(delay + 15*time.Second):
+			n.t.Errorf("soak: a delayed reply on %s taken but never reported", c.label)
+		}
+	}
+	f.End = n.h.Now()
+	return f
+}
+
+// burstChannels are c's channel and its shared-lock owners' wake-up
+// channels (RULES.md, Keyspace: the lock's channel, ":" and the owner's
+// field), named from the owner fields of c's current client.
+func burstChannels(c *goClient) ([]string, error) {
+	lc := c.client()
+	var out []string
+	for k, name := range sharedNames {
+		m, err := lc.NewMutex(name, lock.WithOwnerID(int64(100+k)))
+		if err != nil {
+			return nil, err
+		}
+		field := m.Owner()
+		if k == 0 {
+			out = append(out, "fairlock_client:"+field[:strings.LastIndexByte(field, ':')])
+		}
+		out = append(out, "redisson_lock__channel:{"+name+"}:"+field)
+	}
+	return out, nil
+}

@@ -1,0 +1,278 @@
+package soak
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The checkers with faults on single messages: a lost reply, a request
+// held back and a burst of notices cut nobody off, so they excuse no
+// overtaking, and a burst excuses no late notice; the faults that do cut
+// a client off still excuse both.
+
+// TestCheckFIFOMessageFaultsExcuseNothing: a waiter overtaken while its
+// client had a reply lost or a request held back is a violation (issue 46
+// defect 1's shape: the owner's other call lost its grant to the waiter
+// behind); a partition of its client still excuses it.
+func TestCheckFIFOMessageFaultsExcuseNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultReplyLost, 1},
+		{FaultHoldBack, 1},
+		{FaultNoticeBurst, 1},
+		{FaultPartition, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			// S's Lock queued at 20 ms; X, called later, is granted at 200
+			// ms, before S's grant (a later token).
+			s := hold("L", "s", 6, 400*msec, 500*msec)
+			s.Client = "cs"
+			h.AddHold(s)
+			s.Called = 10 * msec
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 10 * msec, Queued: 20 * msec, Return: 400 * msec, Hold: s, New: true})
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 30 * msec, Queued: 35 * msec, Return: 150 * msec, Wait: 100 * msec, Limit: time.Second,
+				Err: "lock: server unavailable: read tcp: i/o timeout", Unavail: true})
+			acquire(h, hold("L", "x", 5, 200*msec, 300*msec), 100*msec)
+			h.AddFault(Fault{Kind: c.kind, Target: "cs", Start: 120 * msec, End: 150 * msec})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckFIFOSharedOwnerCalls: two calls of one owner at once are one
+// owner's: the second's grant is a re-entry, and neither overtakes the
+// other, whichever returns first.
+func TestCheckFIFOSharedOwnerCalls(t *testing.T) {
+	h := NewHistory(1)
+	s := hold("L", "s", 3, 40*msec, 300*msec)
+	s.Called = 5 * msec
+	h.AddHold(s)
+	h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: s.Client, Call: 5 * msec, Queued: 8 * msec, Return: 40 * msec, Wait: 500 * msec, Limit: 2 * time.Second, Hold: s, New: true})
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: s.Client, Call: 2 * msec, Queued: 10 * msec, Return: 50 * msec, Limit: time.Second, Hold: s})
+	h.Add(&Op{Kind: KindUnlock, Lock: "L", Owner: "s", Call: 200 * msec, Return: 210 * msec, Hold: s})
+	releaseHold(h, s, 290*msec, 300*msec)
+	acquire(h, hold("L", "x", 4, 310*msec, 400*msec), 20*msec)
+	if got := checks(h); len(got) != 0 {
+		t.Errorf("a shared owner's two calls: violations %v", got)
+	}
+	// The owner's Lock still waited when X was granted: X overtook it.
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: s.Client, Call: 250 * msec, Queued: 255 * msec, Return: 900 * msec, Limit: 600 * msec,
+		Err: "context deadline exceeded", Canceled: true})
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("X queued before the owner's third call: %d FIFO violations, want 0", got)
+	}
+}
+
+// TestCheckNoticesBurstExcusesNothing: a hold told late of a ForceUnlock
+// while its client's subscriptions were flooded is a violation (a burst
+// summarises notices, it loses none); a partition of the client is not.
+func TestCheckNoticesBurstExcusesNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultNoticeBurst, 1},
+		{FaultPartition, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			late := hold("L", "a", 1, 10*msec, 3*time.Second)
+			acquire(h, late, 0)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 110 * msec, Released: true})
+			h.AddFault(Fault{Kind: c.kind, Target: late.Client, Start: 90 * msec, End: 120 * msec})
+			if got := checks(h)["notice"]; got != c.want {
+				t.Errorf("%d notice violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckExclusionBurstExcusesNothing: a grant reply in flight when
+// every lock was force-unlocked, whose holder is told only at the
+// watchdog's tick (issue 46 defect 2's shape), while another owner takes
+// the lock: with a burst on the holder's client it is a violation.
+func TestCheckExclusionBurstExcusesNothing(t *testing.T) {
+	for _, c := range []struct {
+		kind FaultKind
+		want int
+	}{
+		{FaultNoticeBurst, 1},
+		{FaultReset, 0},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			h := NewHistory(1)
+			a := hold("L", "a", 1, 100*msec, 9*time.Second)
+			acquire(h, a, 10*msec)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Released: true})
+			acquire(h, hold("L", "b", 2, 300*msec, 400*msec), 200*msec)
+			h.AddFault(Fault{Kind: c.kind, Target: a.Client, Start: 40 * msec, End: 70 * msec})
+			if got := checks(h)["exclusion"]; got != c.want {
+				t.Errorf("%d exclusion violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckErrorsOwnerWaitsSibling: a call of a shared owner that gave
+// up while its sibling call's attempt was in flight may say the server
+// was unavailable (the sibling holds the owner's gate) with no fault near;
+// the same error with no sibling in flight, or after a long wait while
+// the sibling had its reply, is a violation.
+func TestCheckErrorsOwnerWaitsSibling(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		sibling     bool
+		call        time.Duration // the failing call's
+		siblingSeen time.Duration // the sibling's first reply (queued)
+		want        int
+	}{
+		{"sibling's attempt still in flight", true, 100 * msec, 1500 * msec, 0},
+		{"a wait shorter than a round trip", true, 900 * msec, 20 * msec, 0},
+		{"a long wait, the sibling answered", true, 100 * msec, 20 * msec, 1},
+		{"no sibling", false, 100 * msec, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			if c.sibling {
+				h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "c", Call: 10 * msec, Queued: c.siblingSeen, Return: 3 * time.Second, Limit: 3 * time.Second,
+					Err: "context deadline exceeded", Canceled: true})
+			}
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "c", Call: c.call, Return: time.Second, Wait: time.Second - c.call, Limit: 2 * time.Second,
+				Unavail: true, Err: "lock: server unavailable: " + ownerWaits + " (wait ran out)"})
+			if got := checks(h)["errors"]; got != c.want {
+				t.Errorf("%d errors violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckFIFOSharedOwnerQueuePosition: a shared owner's call granted
+// the lock from the queue entry its sibling call made is not an
+// overtaking of a waiter that queued after the sibling (seed
+// 48283508364424: a Lock that joined its TryLock's entry, and a pair
+// granted one hold, where the call that queued was the re-entry); a call
+// made after its sibling returned has no such entry.
+func TestCheckFIFOSharedOwnerQueuePosition(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		sibling   time.Duration // when S's first call returned
+		reentered bool          // both of S's calls got the hold
+		want      int
+	}{
+		{"sibling gave up while the other was in flight", 100 * msec, false, 0},
+		{"sibling granted the same hold", 130 * msec, true, 0},
+		{"sibling returned before the other began", 40 * msec, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			s := hold("L", "s", 5, 120*msec, 300*msec)
+			first := &Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: s.Client, Call: 5 * msec, Queued: 10 * msec, Return: c.sibling, Wait: 90 * msec, Limit: time.Second}
+			if c.reentered {
+				first.Hold = s
+			} else {
+				first.Err, first.NotAcq = "lock: not acquired", true
+			}
+			h.Add(first)
+			acquire(h, s, 50*msec) // S's Lock: no queueing of its own, the new hold at 120 ms
+			w := hold("L", "w", 6, 400*msec, 500*msec)
+			w.Called = 15 * msec
+			h.AddHold(w)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestMessageFaultsOnARealClient: each message-level fault takes a real
+// request of a working owner (or floods a real client's channels), is
+// recorded with the request it took, and the history the owners made
+// meanwhile keeps every promise.
+func TestMessageFaultsOnARealClient(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer raw.Close()
+	w := newWorkload(Config{Seed: 1, Lease: 15 * time.Second})
+	c := w.addClient(t, Adapters[0], "rueidis#0", srv.Addr(), nil)
+	for k := range 2 {
+		o := &goOwner{id: int64(100 + k), name: sharedNames[0], c: c, h: w.h, lease: 15 * time.Second, rnd: rand.New(rand.NewPCG(1, uint64(k)))}
+		w.owners = append(w.owners, o)
+		w.loop(o.step)
+	}
+	n := &nemesis{t: t, h: w.h, raw: raw, clients: w.clients, rnd: rand.New(rand.NewPCG(1, 9)),
+		admin: &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}}
+	var got []Fault
+	for _, kind := range []FaultKind{FaultReplyLost, FaultReplyLost, FaultHoldBack} {
+		f, ok := n.armOne(c, kind)
+		if !ok {
+			t.Fatalf("no request took a %s fault in %v", kind, armWithin)
+		}
+		got = append(got, f)
+	}
+	got = append(got, n.burst(c))
+	w.finish()
+	for _, f := range got {
+		if f.Target != c.label || f.Start <= 0 || f.End < f.Start || f.Detail == "" {
+			t.Errorf("fault %+v: want its target, times and what it took", f)
+		}
+		t.Logf("%s: %s", f.Kind, f.Detail)
+		w.h.AddFault(f)
+	}
+	if !strings.Contains(got[3].Detail, "fairlock_client:") || !strings.Contains(got[3].Detail, "held back") {
+		t.Errorf("the burst %q: want the client's channel flooded across an acquire's held-back reply", got[3].Detail)
+	}
+	if r := Check(w.h, DefaultBounds(15*time.Second)); len(r.Violations) > 0 {
+		t.Errorf("violations: %v", r.Violations)
+	}
+}
+
+// TestCheckNoticesEndedInFlight: a hold whose grant a ForceUnlock
+// overlapped (its reply on its way), which nothing else ended, must be
+// told soon after its reply came: one that lived on until the watchdog's
+// tick (issue 46 defect 2) is a violation; one told at once, one with a
+// fault on its client, one released (the ForceUnlock ran before the
+// grant) and one with a lease of its own are not.
+func TestCheckNoticesEndedInFlight(t *testing.T) {
+	lost := "lock: lock lost: no longer held (lease ran out, force-unlocked or deleted)"
+	for _, c := range []struct {
+		name  string
+		done  time.Duration
+		why   string
+		lease time.Duration
+		fault bool
+		want  int
+	}{
+		{"told at the tick", 5 * time.Second, lost, 0, false, 1},
+		{"told at once", 120 * msec, lost, 0, false, 0},
+		{"a partition meanwhile", 5 * time.Second, lost, 0, true, 0},
+		{"released", 5 * time.Second, "lock: released", 0, false, 0},
+		{"a lease of its own", 5 * time.Second, lost, 3 * time.Second, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			a := hold("L", "a", 1, 100*msec, 0)
+			a.Lease = c.lease
+			acquire(h, a, 10*msec)
+			a.ended(c.done, errors.New(c.why))
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 40 * msec, Return: 60 * msec, Released: true})
+			if c.fault {
+				h.AddFault(Fault{Kind: FaultPartition, Target: a.Client, Start: 2 * time.Second, End: 3 * time.Second})
+			}
+			if got := checks(h)["notice"]; got != c.want {
+				t.Errorf("%d notice violations, want %d", got, c.want)
+			}
+		})
+	}
+}
