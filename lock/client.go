@@ -248,16 +248,37 @@ func (l *lifetime) spawn(f func()) bool {
 // and the owner registry, where the hold counts as a use of o until it
 // ends (untrack). It returns ErrClosed after Close, and otherwise what
 // the index refuses: an ended hold is never tracked, so nothing keeps it.
+// A hold whose grant was on its way while notices were missed is checked
+// first (checkNew).
 func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	if c.life.isClosed() {
 		return ErrClosed
 	}
 	c.owners.acquire(m) // before the index has it: its untrack gives this back
-	if err := c.holds.track(h, holdRef{m: m, o: o}); err != nil {
+	check, err := c.holds.track(h, holdRef{m: m, o: o})
+	if err != nil {
 		c.owners.release(o)
 		return err
 	}
+	if check {
+		return c.checkNew(h)
+	}
 	return nil
+}
+
+// checkNew asks the server whether it still has h, a hold just tracked
+// whose grant was on its way when the client's loss notices were
+// summarised or lost (X16): its notice, if one was sent, is gone, and the
+// re-check that followed did not know h yet. It returns h's error when
+// the server no longer has it (h has ended then), so the acquire reports
+// the loss instead of handing out a hold that ended. When the server does
+// not answer, the watchdog re-checks every hold, until it does.
+func (c *Client) checkNew(h *Hold) error {
+	if !c.dog.checkHolds([]*Hold{h}) {
+		c.dog.reconnected()
+		return nil
+	}
+	return h.Err()
 }
 
 // untrack forgets a hold that ended: the index drops it, this client's
