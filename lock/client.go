@@ -152,11 +152,32 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // the client's description (waiting at most a second for Redis). Then
 // Close closes the backend, and returns what that returned once the
 // client's goroutines have ended.
+//
+// Close returns within 14.5 s whatever the server does (closeBound): it
+// waits for the calls in flight at most 7.5 s, the longest an acquire's
+// tail takes by X5 (an attempt's reply awaited 5.5 s, then its cleanup
+// 2 s). If some are still waiting for the server then, it closes the
+// backend under them at once: they send nothing more, a request already
+// sent gives up by its own bound (5.5 s at most), and what they could not
+// clean up - a grant, a queue entry - frees itself by its lease or
+// liveness deadline, as the holds Close ends do. Otherwise its other
+// steps wait for the server at most 2 s (the description's last write and
+// its delete), and 5 s are left for the backend's own close (rueidis and
+// valkey-go give up a silent server's connections after a second each,
+// one after another: four on one server by default).
 func (c *Client) Close() error {
 	if !c.life.close() {
 		return nil
 	}
-	c.life.calls.Wait()
+	closeBackend := sync.OnceValue(c.b.Close)
+	calls := c.life.callsDone()
+	if !waitAtMost(calls, closeCallsWait) {
+		// The server has kept the calls waiting that long: close the
+		// backend under them now, so that none sends again (one owner's
+		// calls send one after another) and what is already sent gives
+		// up by its own bound.
+		closeBackend()
+	}
 	if c.describer != nil {
 		c.describer.close()
 	}
@@ -167,7 +188,8 @@ func (c *Client) Close() error {
 	// subscription connection that stalls gives up only once the backend
 	// has taken its SUBSCRIBE back, which a closed backend does at once
 	// (Close took 4.3 s in TestStalledSubscriptionConnection otherwise).
-	err := c.b.Close()
+	err := closeBackend()
+	<-calls
 	c.life.goroutines.Wait()
 	c.attemptBound.close()
 	c.unlockBound.close()
@@ -187,6 +209,17 @@ type lifetime struct {
 	closing    chan struct{}  // closed by Close: waiting calls stop
 	calls      sync.WaitGroup // calls in flight; Close waits for their cleanup
 	goroutines sync.WaitGroup // beside the calls: a waiter's Subscribe and WatchKey, parked subscriptions, memory re-checks
+}
+
+// callsDone returns a channel closed once the calls in flight have
+// ended; the client must be closed (no call begins any more).
+func (l *lifetime) callsDone() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		l.calls.Wait()
+		close(done)
+	}()
+	return done
 }
 
 // close marks the client closed and wakes the waiting calls. It reports
@@ -327,6 +360,38 @@ func (r *requestIDs) next() [16]byte {
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled
 // or failed wait (X5).
 const cleanupTimeout = 2 * time.Second
+
+// closeCallsWait bounds how long Close waits for the calls in flight
+// before it closes the backend under them: an acquire's longest tail (an
+// attempt's reply awaited, then the cleanup), so that every grant made
+// while Close waits is given back when the server answers by then.
+const closeCallsWait = attemptTimeout + attemptGrain + cleanupTimeout
+
+// closeBound is how long Close may take whatever the server does:
+// closeCallsWait, then the longer of what follows - the description's
+// last write and its delete (describeTimeout each) and the backend's own
+// close, which gives up a silent server's connections (rueidis and
+// valkey-go: a second each, one after another; four on one server by
+// default); or, when calls are still waiting, a request sent just before
+// the backend closed (attemptTimeout+attemptGrain at most).
+const closeBound = closeCallsWait + max(2*describeTimeout+closeBackendAllowance, attemptTimeout+attemptGrain)
+
+// closeBackendAllowance is what closeBound allows for the backend's own
+// close.
+const closeBackendAllowance = 5 * time.Second
+
+// waitAtMost waits until done is closed, or d has passed, and reports
+// whether done was closed.
+func waitAtMost(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 // listenWait bounds how long NewClient waits for the client's first
 // Subscribe to its notice channel to return.
