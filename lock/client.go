@@ -156,15 +156,16 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // Close returns within 14.5 s whatever the server does (closeBound): it
 // waits for the calls in flight at most 7.5 s, the longest an acquire's
 // tail takes by X5 (an attempt's reply awaited 5.5 s, then its cleanup
-// 2 s). If some are still waiting for the server then, it closes the
-// backend under them at once: they send nothing more, a request already
-// sent gives up by its own bound (5.5 s at most), and what they could not
-// clean up - a grant, a queue entry - frees itself by its lease or
-// liveness deadline, as the holds Close ends do. Otherwise its other
-// steps wait for the server at most 2 s (the description's last write and
-// its delete), and 5 s are left for the backend's own close (rueidis and
-// valkey-go give up a silent server's connections after a second each,
-// one after another: four on one server by default).
+// 2 s). If some are still waiting for the server then, it ends their
+// attempts and unlocks in flight and closes the backend under them: they
+// send nothing more, a cleanup already sent gives up by its own bound
+// (2 s), and what they could not clean up - a grant, a queue entry - frees
+// itself by its lease or liveness deadline, as the holds Close ends do.
+// Otherwise its other steps wait for the server at most 2 s (the
+// description's last write and its delete). 5 s are left for the
+// backend's own close (rueidis and valkey-go give up a silent server's
+// connections after a second each, one after another: four on one server
+// by default).
 func (c *Client) Close() error {
 	if !c.life.close() {
 		return nil
@@ -172,10 +173,12 @@ func (c *Client) Close() error {
 	closeBackend := sync.OnceValue(c.b.Close)
 	calls := c.life.callsDone()
 	if !waitAtMost(calls, closeCallsWait) {
-		// The server has kept the calls waiting that long: close the
-		// backend under them now, so that none sends again (one owner's
-		// calls send one after another) and what is already sent gives
-		// up by its own bound.
+		// The server has kept the calls waiting that long: end their
+		// attempts and unlocks in flight, and close the backend under
+		// them, so that none sends again (one owner's calls send one
+		// after another); a cleanup already sent ends by its own bound.
+		c.attemptBound.abandon()
+		c.unlockBound.abandon()
 		closeBackend()
 	}
 	if c.describer != nil {
@@ -368,13 +371,12 @@ const cleanupTimeout = 2 * time.Second
 const closeCallsWait = attemptTimeout + attemptGrain + cleanupTimeout
 
 // closeBound is how long Close may take whatever the server does:
-// closeCallsWait, then the longer of what follows - the description's
-// last write and its delete (describeTimeout each) and the backend's own
-// close, which gives up a silent server's connections (rueidis and
-// valkey-go: a second each, one after another; four on one server by
-// default); or, when calls are still waiting, a request sent just before
-// the backend closed (attemptTimeout+attemptGrain at most).
-const closeBound = closeCallsWait + max(2*describeTimeout+closeBackendAllowance, attemptTimeout+attemptGrain)
+// closeCallsWait, then the backend's own close, which gives up a silent
+// server's connections (rueidis and valkey-go: a second each, one after
+// another; four on one server by default), and before it the description's
+// last write and its delete (describeTimeout each) - or, when calls are
+// still waiting, after it a cleanup sent while it closed (cleanupTimeout).
+const closeBound = closeCallsWait + closeBackendAllowance + max(2*describeTimeout, cleanupTimeout)
 
 // closeBackendAllowance is what closeBound allows for the backend's own
 // close.
