@@ -16,6 +16,10 @@ import (
 // against a backend that answers at once.
 type sharedBound struct {
 	d, grain time.Duration
+	// parent ends every context handed out, and every one handed out
+	// after it ended (abandon).
+	parent  context.Context
+	abandon context.CancelFunc
 
 	cur atomic.Pointer[boundEpoch]
 	mu  sync.Mutex // serialises replacing cur
@@ -29,7 +33,9 @@ type boundEpoch struct {
 }
 
 func newSharedBound(d, grain time.Duration) *sharedBound {
-	return &sharedBound{d: d, grain: grain}
+	b := &sharedBound{d: d, grain: grain}
+	b.parent, b.abandon = context.WithCancel(context.Background())
+	return b
 }
 
 // at returns a context that ends no earlier than d after now and no later
@@ -46,7 +52,7 @@ func (b *sharedBound) at(now time.Time) context.Context {
 	// The context it replaces still bounds requests in flight: it ends
 	// by its own deadline, its timer then freeing it.
 	e := &boundEpoch{}
-	e.ctx, e.stop = context.WithDeadline(context.Background(), now.Add(b.d+b.grain))
+	e.ctx, e.stop = context.WithDeadline(b.parent, now.Add(b.d+b.grain))
 	b.cur.Store(e)
 	return e.ctx
 }
@@ -70,6 +76,7 @@ func (b *sharedBound) close() {
 	if e := b.cur.Swap(nil); e != nil {
 		e.stop()
 	}
+	b.abandon()
 }
 
 // bounded is one request's context: the values of the caller's (trace

@@ -152,11 +152,35 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 // the client's description (waiting at most a second for Redis). Then
 // Close closes the backend, and returns what that returned once the
 // client's goroutines have ended.
+//
+// Close returns within 14.5 s whatever the server does (closeBound): it
+// waits for the calls in flight at most 7.5 s, the longest an acquire's
+// tail takes by X5 (an attempt's reply awaited 5.5 s, then its cleanup
+// 2 s). If some are still waiting for the server then, it ends their
+// attempts and unlocks in flight and closes the backend under them: they
+// send nothing more, a cleanup already sent gives up by its own bound
+// (2 s), and what they could not clean up - a grant, a queue entry - frees
+// itself by its lease or liveness deadline, as the holds Close ends do.
+// Otherwise its other steps wait for the server at most 2 s (the
+// description's last write and its delete). 5 s are left for the
+// backend's own close (rueidis and valkey-go give up a silent server's
+// connections after a second each, one after another: four on one server
+// by default).
 func (c *Client) Close() error {
 	if !c.life.close() {
 		return nil
 	}
-	c.life.calls.Wait()
+	closeBackend := sync.OnceValue(c.b.Close)
+	calls := c.life.callsDone()
+	if !waitAtMost(calls, closeCallsWait) {
+		// The server has kept the calls waiting that long: end their
+		// attempts and unlocks in flight, and close the backend under
+		// them, so that none sends again (one owner's calls send one
+		// after another); a cleanup already sent ends by its own bound.
+		c.attemptBound.abandon()
+		c.unlockBound.abandon()
+		closeBackend()
+	}
 	if c.describer != nil {
 		c.describer.close()
 	}
@@ -167,7 +191,8 @@ func (c *Client) Close() error {
 	// subscription connection that stalls gives up only once the backend
 	// has taken its SUBSCRIBE back, which a closed backend does at once
 	// (Close took 4.3 s in TestStalledSubscriptionConnection otherwise).
-	err := c.b.Close()
+	err := closeBackend()
+	<-calls
 	c.life.goroutines.Wait()
 	c.attemptBound.close()
 	c.unlockBound.close()
@@ -187,6 +212,17 @@ type lifetime struct {
 	closing    chan struct{}  // closed by Close: waiting calls stop
 	calls      sync.WaitGroup // calls in flight; Close waits for their cleanup
 	goroutines sync.WaitGroup // beside the calls: a waiter's Subscribe and WatchKey, parked subscriptions, memory re-checks
+}
+
+// callsDone returns a channel closed once the calls in flight have
+// ended; the client must be closed (no call begins any more).
+func (l *lifetime) callsDone() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		l.calls.Wait()
+		close(done)
+	}()
+	return done
 }
 
 // close marks the client closed and wakes the waiting calls. It reports
@@ -248,16 +284,37 @@ func (l *lifetime) spawn(f func()) bool {
 // and the owner registry, where the hold counts as a use of o until it
 // ends (untrack). It returns ErrClosed after Close, and otherwise what
 // the index refuses: an ended hold is never tracked, so nothing keeps it.
+// A hold whose grant was on its way while notices were missed is checked
+// first (checkNew).
 func (c *Client) track(h *Hold, m *Mutex, o *owner) error {
 	if c.life.isClosed() {
 		return ErrClosed
 	}
 	c.owners.acquire(m) // before the index has it: its untrack gives this back
-	if err := c.holds.track(h, holdRef{m: m, o: o}); err != nil {
+	check, err := c.holds.track(h, holdRef{m: m, o: o})
+	if err != nil {
 		c.owners.release(o)
 		return err
 	}
+	if check {
+		return c.checkNew(h)
+	}
 	return nil
+}
+
+// checkNew asks the server whether it still has h, a hold just tracked
+// whose grant was on its way when the client's loss notices were
+// summarised or lost (X16): its notice, if one was sent, is gone, and the
+// re-check that followed did not know h yet. It returns h's error when
+// the server no longer has it (h has ended then), so the acquire reports
+// the loss instead of handing out a hold that ended. When the server does
+// not answer, the watchdog re-checks every hold, until it does.
+func (c *Client) checkNew(h *Hold) error {
+	if !c.dog.checkHolds([]*Hold{h}) {
+		c.dog.reconnected()
+		return nil
+	}
+	return h.Err()
 }
 
 // untrack forgets a hold that ended: the index drops it, this client's
@@ -306,6 +363,37 @@ func (r *requestIDs) next() [16]byte {
 // cleanupTimeout bounds the best-effort queue cleanup after a cancelled
 // or failed wait (X5).
 const cleanupTimeout = 2 * time.Second
+
+// closeCallsWait bounds how long Close waits for the calls in flight
+// before it closes the backend under them: an acquire's longest tail (an
+// attempt's reply awaited, then the cleanup), so that every grant made
+// while Close waits is given back when the server answers by then.
+const closeCallsWait = attemptTimeout + attemptGrain + cleanupTimeout
+
+// closeBound is how long Close may take whatever the server does:
+// closeCallsWait, then the backend's own close, which gives up a silent
+// server's connections (rueidis and valkey-go: a second each, one after
+// another; four on one server by default), and before it the description's
+// last write and its delete (describeTimeout each) - or, when calls are
+// still waiting, after it a cleanup sent while it closed (cleanupTimeout).
+const closeBound = closeCallsWait + closeBackendAllowance + max(2*describeTimeout, cleanupTimeout)
+
+// closeBackendAllowance is what closeBound allows for the backend's own
+// close.
+const closeBackendAllowance = 5 * time.Second
+
+// waitAtMost waits until done is closed, or d has passed, and reports
+// whether done was closed.
+func waitAtMost(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 // listenWait bounds how long NewClient waits for the client's first
 // Subscribe to its notice channel to return.

@@ -24,6 +24,7 @@ import (
 type Hold struct {
 	token    int64
 	acquired time.Time // when the client got the grant: hold durations count from here
+	asked    time.Time // when the request that granted it was sent (a hand-over: the attempt that queued the owner)
 	done     chan struct{}
 	err      error // written once, before done is closed
 }

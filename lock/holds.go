@@ -10,7 +10,9 @@ import (
 // holdIndex is the client's index of its live holds: all of them for the
 // watchdog, by lock hash for the hash watches, the loss notices and the
 // local wake-ups. It also keeps the loss notices that matched no hold,
-// for a grant whose reply is still on its way (early). Its lock,
+// for a grant whose reply is still on its way (early), and when notices
+// were last summarised or missed (missed), for the grants on their way
+// then. Its lock,
 // holdIndex.mu, is taken before hashWatches.mu (the first hold on a hash
 // starts its watch, the last one's end stops it, in that order).
 type holdIndex struct {
@@ -24,6 +26,11 @@ type holdIndex struct {
 	// two).
 	byHash map[string][]*Hold
 	early  map[lossKey]time.Time
+	// missed is when the client's notice listener last heard that notices
+	// may have been summarised or lost (a burst its subscription could not
+	// queue, a reconnect, its first subscription). A notice for a grant
+	// whose reply was on its way then reached no hold and was not kept.
+	missed time.Time
 }
 
 // holdRef is what the watchdog needs of a live hold: its Mutex (keys,
@@ -54,18 +61,21 @@ func (x *holdIndex) init(watches *hashWatches) {
 // track adds h, a new hold, to the index. It returns the hold's own error
 // when the hold has ended already (its deadline passed before the grant's
 // reply was applied), and ErrLockLost when a notice that someone ended
-// it came before the reply.
-func (x *holdIndex) track(h *Hold, ref holdRef) error {
+// it came before the reply. It reports check when notices were missed
+// after h's grant was asked for: a notice for h may be among them, so the
+// caller asks the server. (A hold tracked before notices were missed is
+// among those the re-check that follows checks.)
+func (x *holdIndex) track(h *Hold, ref holdRef) (check bool, err error) {
 	hash := ref.m.keys.Hash
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	// holdEnded untracks under x.mu: a hold that ends after this check is
 	// untracked after it is tracked.
 	if err := h.Err(); err != nil {
-		return err
+		return false, err
 	}
 	if x.takeEarlyLocked(lossKey{hash, h.token}) {
-		return errEvicted(true)
+		return false, errEvicted(true)
 	}
 	x.refs[h] = ref
 	on := x.byHash[hash]
@@ -73,7 +83,16 @@ func (x *holdIndex) track(h *Hold, ref holdRef) error {
 		x.watches.held(hash)
 	}
 	x.byHash[hash] = append(on, h)
-	return nil
+	return h.asked.Before(x.missed), nil
+}
+
+// noticesMissed records that loss notices may have been summarised or
+// lost until now: the caller then re-checks every hold tracked, and track
+// tells of every grant asked for before now that it must be checked.
+func (x *holdIndex) noticesMissed() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.missed = time.Now()
 }
 
 // untrack drops h, a hold that ended, and returns what it was tracked

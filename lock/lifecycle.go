@@ -222,7 +222,7 @@ func (o *owner) start(token int64, count int, sent time.Time, firm, lease time.D
 	// The hold counts from now, when the grant reached the client, not from
 	// sent: for a hand-over grant that is the attempt that queued the
 	// owner, the whole wait before it.
-	h := &Hold{token: token, acquired: now, done: make(chan struct{})}
+	h := &Hold{token: token, acquired: now, asked: sent, done: make(chan struct{})}
 	o.hold, o.count, o.lease, o.watchdog, o.unconfirmed, o.releases = h, count, lease, watchdog, unconfirmed, 0
 	o.deadline = deadline
 	o.timer = time.AfterFunc(time.Until(deadline), func() { o.expire(h) })

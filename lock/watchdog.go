@@ -156,6 +156,7 @@ func (r *reconnects) run(stop <-chan struct{}) {
 	defer sub.Close()
 	// Notices sent before the subscription reached nobody; a server
 	// that restarted meanwhile shows no reconnect either.
+	r.c.holds.noticesMissed()
 	if len(r.c.holds.live()) > 0 {
 		r.dog.reconnected()
 	}
@@ -163,6 +164,9 @@ func (r *reconnects) run(stop <-chan struct{}) {
 		select {
 		case e := <-sub.Events():
 			if e.Reconnect {
+				// Before the re-check: a grant on its way, tracked after
+				// it, is checked as it is tracked (holdIndex.track).
+				r.c.holds.noticesMissed()
 				r.dog.reconnected()
 				r.recheckMemory()
 				continue
