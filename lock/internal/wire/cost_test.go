@@ -179,7 +179,8 @@ func (r *costRig) measure(f func() any) (costRun, any) {
 }
 
 // costPath is one measured path: its name, the redis.call commands it may
-// make at most (what the scripts make now: a path that makes more fails),
+// make at most (what the scripts make now: a path that makes more fails,
+// and one that makes fewer should lower its budget),
 // the set-up and the measured call, which returns the reply to check.
 type costPath struct {
 	name   string
@@ -225,21 +226,21 @@ func costPaths() []costPath {
 			token := r.queue(0)
 			return r.measure(func() any { return r.unlock(0, View{Token: token, Count: 1}) })
 		}, "0"},
-		{"re-entry (count 1 to 2, no queue)", 9, func(r *costRig) (costRun, any) {
+		{"re-entry (count 1 to 2, no queue)", 8, func(r *costRig) (costRun, any) {
 			token := r.queue(0)
 			return r.measure(func() any { return r.acquire(0, View{Token: token, Count: 1}) })
 		}, "[1 "},
-		{"enqueue behind holder, 0 waiters", 24, enqueue(0), "[0 "},
-		{"enqueue behind holder, 1 waiter", 23, enqueue(1), "[0 "},
-		{"enqueue behind holder, 14 waiters", 23, enqueue(14), "[0 "},
+		{"enqueue behind holder, 0 waiters", 19, enqueue(0), "[0 "},
+		{"enqueue behind holder, 1 waiter", 16, enqueue(1), "[0 "},
+		{"enqueue behind holder, 14 waiters", 16, enqueue(14), "[0 "},
 		{"heartbeat, head of 15", 16, heartbeat(1), "[0 "},
-		{"heartbeat, 8th of 15", 17, heartbeat(8), "[0 "},
-		{"heartbeat, tail of 15", 17, heartbeat(15), "[0 "},
-		{"unlock hand-over, 15 waiters", 19, func(r *costRig) (costRun, any) {
+		{"heartbeat, 8th of 15", 16, heartbeat(8), "[0 "},
+		{"heartbeat, tail of 15", 16, heartbeat(15), "[0 "},
+		{"unlock hand-over, 15 waiters", 16, func(r *costRig) (costRun, any) {
 			token := r.queue(15)
 			return r.measure(func() any { return r.unlock(0, View{Token: token, Count: 1}) })
 		}, "0"},
-		{"unlock hand-over by a grant not taken up, 14 waiters", 19, func(r *costRig) (costRun, any) {
+		{"unlock hand-over by a grant not taken up, 14 waiters", 16, func(r *costRig) (costRun, any) {
 			token := r.queue(15)
 			r.unlock(0, View{Token: token, Count: 1})
 			token = r.token()
@@ -255,9 +256,9 @@ func costPaths() []costPath {
 			token := r.queue(15)
 			return r.measure(func() any { return r.renew(0, token) })
 		}, "1"},
-		{"leave, head of 15", 14, leave(1), "[1 "},
-		{"leave, 8th of 15", 11, leave(8), "[1 "},
-		{"leave, tail of 15", 14, leave(15), "[1 "},
+		{"leave, head of 15", 13, leave(1), "[1 "},
+		{"leave, 8th of 15", 10, leave(8), "[1 "},
+		{"leave, tail of 15", 13, leave(15), "[1 "},
 	}
 }
 
@@ -294,4 +295,41 @@ func TestScriptCommands(t *testing.T) {
 	fmt.Fprintf(&b, "uncontended pair: %d commands + 2 script calls = %d\n", pair, pair+2)
 	fmt.Fprintf(&b, "per acquisition, 16 contenders (hand-over unlock + enqueue behind 14): %d commands + 2 script calls = %d\n", acq, acq+2)
 	t.Log(b.String())
+}
+
+// TestHandOverSkipsDeadHeads: the hand-over reads the queue's first two
+// entries once (unlock_fast.lua) and follows them as it pops dead heads:
+// whatever run of heads is dead, the grant goes to the first live waiter
+// and the queue behind it is left whole.
+func TestHandOverSkipsDeadHeads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	k, _ := Derive("orders")
+	r := &costRig{t: t, srv: srv, s: NewScripts(), k: k, loaded: map[string]bool{}, w: Wake{ChannelPrefix: k.Channel, Publish: "publish"}}
+	for _, c := range []struct {
+		queued, dead int
+	}{{1, 0}, {1, 1}, {2, 1}, {2, 2}, {3, 1}, {3, 2}, {5, 3}, {5, 5}} {
+		token := r.queue(c.queued)
+		for i := 1; i <= c.dead; i++ {
+			srv.Do(t, "ZADD", k.Alive, "1", owner(i)) // liveness deadline long past
+		}
+		if got := fmt.Sprint(r.unlock(0, View{Token: token, Count: 1})); got != "0" {
+			t.Fatalf("%d queued, %d dead: unlock %s, want 0", c.queued, c.dead, got)
+		}
+		fields := fmt.Sprint(srv.Do(t, "HKEYS", k.Hash))
+		queue := fmt.Sprint(srv.Do(t, "LRANGE", k.Queue, "0", "-1"))
+		var wantFields, wantQueue []string
+		if c.dead < c.queued {
+			wantFields = []string{owner(c.dead + 1)}
+		}
+		for i := c.dead + 2; i <= c.queued; i++ {
+			wantQueue = append(wantQueue, owner(i))
+		}
+		if fields != fmt.Sprint(wantFields) || queue != fmt.Sprint(wantQueue) {
+			t.Errorf("%d queued, first %d dead: holder %s and queue %s after the hand-over, want %v and %v",
+				c.queued, c.dead, fields, queue, wantFields, wantQueue)
+		}
+	}
 }

@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "595ff6797cbff3d5400706d3e39c6b9c52dbbc7a",
-	"delete":           "37c985529e410a49c7aecabfafad2a3db9c1d227",
+	"acquire":          "05f7c8d9e66c017709f69e8fbe082729904a7d00",
+	"delete":           "aa05126991ca8dc06a861b66343eca94ed72f09c",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",
-	"inspect":          "df8cf262ec32eaddcc35be557de3b1a1e374fed3",
-	"leave":            "86b2dfc496378c3860a158991c33f582239b157f",
-	"prune":            "f0ddaa9d91a76b33a46d5e68d2240c78df436549",
+	"force_unlock":     "2c973776c1d4f1fd20f7c1c69bd69c0f23d880cf",
+	"inspect":          "43fd90ecc1d41a226fd390af05edab913122c734",
+	"leave":            "327a9bc54ba15bb7b11987d5993c7233532b3fcc",
+	"prune":            "987f97865da3dddd6607706bdda1b5f0e3d0dfbe",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "9932da9f0947181fce3322661d4b1902cc91cdae",
+	"renew":            "f06c5c68279a8376d853b74c9cac2b2f6b27b2a1",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "5290640cfac1436d5929657f8b57ef0fa96c538c",
+	"unlock":           "fd3d65be9e85acbdb85fabe544c2affc1cca9266",
 }

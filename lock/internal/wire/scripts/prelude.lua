@@ -17,7 +17,7 @@
 -- whole wait, however long it has waited already. So a fairlock waiter
 -- joins with room for all of them: the waiter timeout plus Redisson's
 -- fairLockWaitTimeout (WithRedissonSlack) per Redisson waiter queued, or
--- the last waiter's deadline if later (Redisson's chain, which counts
+-- the latest deadline queued if later (Redisson's chain, which counts
 -- longer Java waits but not the time they have been waiting); each
 -- heartbeat moves its deadline forward by the time since the previous
 -- one, which keeps that room over the decrements still to come; and
@@ -75,10 +75,14 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
 end
 
 -- is_dead reports whether a queued owner's deadline has passed (or it has
--- none at all), and returns its liveness deadline (nil for a Redisson
--- waiter).
-local function is_dead(timeouts, alive, owner)
-  local live = redis.call('zscore', alive, owner)
+-- none at all), and returns its liveness deadline (nil or false for a
+-- Redisson waiter).
+-- live is its liveness deadline when the caller has read it (false:
+-- none), nil when not.
+local function is_dead(timeouts, alive, owner, live)
+  if live == nil then
+    live = redis.call('zscore', alive, owner)
+  end
   local deadline = live or redis.call('zscore', timeouts, owner)
   return (not deadline) or tonumber(deadline) <= server_now(), live
 end
@@ -88,6 +92,15 @@ end
 -- deadline, else 0.
 local function drop(pop, queue, timeouts, alive, owner)
   redis.call(pop, queue)
+  if front and pop == 'lpop' and (front_whole or #front > 1) then
+    -- The entry after it, if read, is the head now (front, base.lua).
+    table.remove(front, 1)
+    if front_lives then
+      table.remove(front_lives, 1)
+    end
+  else
+    front = nil
+  end
   local had = redis.call('zrem', timeouts, owner)
   redis.call('zrem', alive, owner)
   return had
@@ -107,6 +120,23 @@ local function drop_dead(pop, queue, timeouts, alive, channel_prefix, publish, o
   end
 end
 
+-- peek_head returns the queue's head and, when this run has read it, its
+-- liveness deadline (false: none; nil: not read): from front when this
+-- run has read the queue's first entries (their liveness deadlines then
+-- read together, one ZMSCORE), else one LINDEX.
+local function peek_head(queue, alive)
+  if not front then
+    return redis.call('lindex', queue, 0), nil
+  end
+  if not front[1] then
+    return nil, nil
+  end
+  if not front_lives then
+    front_lives = redis.call('zmscore', alive, unpack(front))
+  end
+  return front[1], front_lives[1]
+end
+
 -- settle_head removes queue heads that are dead (B5). Only the run of dead
 -- heads is visited, never the whole queue (X8). When the head changed -
 -- changed says the caller has just popped one, or a dead one was removed
@@ -117,11 +147,12 @@ end
 -- waiter), which callers use rather than read them again.
 local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish, me, changed, ttl)
   while true do
-    local head = redis.call('lindex', queue, 0)
+    local head, live = peek_head(queue, alive)
     if not head then
       return nil, nil
     end
-    local dead, live = is_dead(timeouts, alive, head)
+    local dead
+    dead, live = is_dead(timeouts, alive, head, live)
     if not dead then
       if changed and head ~= me then
         wake(hash, timeouts, channel_prefix, publish, head, live, ttl)
@@ -312,15 +343,23 @@ end
 -- has just written (now + room): Redisson's decrements can take a
 -- fairlock waiter's Redisson deadline below its liveness deadline, whose
 -- expiry its own write has covered.
-local function keep_queue(queue, timeouts, alive, keep, room)
-  local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
+--
+-- latest is the latest deadline in timeouts when the caller knows it (nil:
+-- read it here), and timeouts_ttl that key's PTTL when the caller has read
+-- it since its last change of expiry (nil: read it here).
+local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl)
+  if not latest then
+    local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
+    latest = top[2] and tonumber(top[2])
+  end
   local last = server_now() + room
-  if top[2] then
-    last = math.max(last, tonumber(top[2]))
+  if latest then
+    last = math.max(last, latest)
   end
   local need = math.floor(last - server_now() + keep)
   for _, k in ipairs({queue, timeouts, alive}) do
-    if redis.call('pttl', k) < need then
+    local ttl = (k == timeouts and timeouts_ttl) or redis.call('pttl', k)
+    if ttl < need then
       redis.call('pexpire', k, need + room)
     end
   end
