@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "05f7c8d9e66c017709f69e8fbe082729904a7d00",
-	"delete":           "aa05126991ca8dc06a861b66343eca94ed72f09c",
+	"acquire":          "e898941c167954a795b5696387289ea5bf50800a",
+	"delete":           "7e8980ba07ef83d51f700f925f4dd8222fcd280f",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "2c973776c1d4f1fd20f7c1c69bd69c0f23d880cf",
-	"inspect":          "43fd90ecc1d41a226fd390af05edab913122c734",
-	"leave":            "327a9bc54ba15bb7b11987d5993c7233532b3fcc",
-	"prune":            "987f97865da3dddd6607706bdda1b5f0e3d0dfbe",
+	"force_unlock":     "5bb67b8a7891174dfe59e11a8b3d9d0573baf571",
+	"inspect":          "52823b16a1c7edf63e6e9297fc25620daf284b07",
+	"leave":            "400923d4b6672c6d09ff6a32791a98587ffbdeea",
+	"prune":            "ec68899825086139c9982f6c246825d807563085",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "f06c5c68279a8376d853b74c9cac2b2f6b27b2a1",
+	"renew":            "aeded41db0fd6ef39881c706f80cddaaeacb139f",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "fd3d65be9e85acbdb85fabe544c2affc1cca9266",
+	"unlock":           "6d370bfe66c0f85f9c53b084253a4859609b36a1",
 }

@@ -277,7 +277,11 @@ if position > 1 then
   -- is ahead.
   position = math.max(position - left, 2)
 end
-keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl)
+-- The queue and Redisson's zset hold the same owners (every script, ours
+-- and Redisson's, adds and removes an owner in both), so they are emptied,
+-- made and given an expiry together: the queue's PTTL is the zset's,
+-- unless this join made the queue (position 1).
+keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat

@@ -337,17 +337,24 @@ end
 -- (Redisson's slack) leaves room for a Redisson waiter that queues later
 -- without touching the TTLs. An expiry only moves forward here, and when
 -- it does it gets room ms more (the waiter timeout), so most calls only
--- read: the latest deadline and each key's PTTL (each key on its own: one
--- created since, by Redisson or by this call, has none). The latest
+-- read: the latest deadline and the PTTLs. The latest
 -- deadline is the latest in timeouts or the liveness deadline the caller
 -- has just written (now + room): Redisson's decrements can take a
 -- fairlock waiter's Redisson deadline below its liveness deadline, whose
 -- expiry its own write has covered.
 --
+-- The queue and timeouts hold the same owners (every script, fairlock's
+-- and Redisson's, adds and removes an owner in both), so they are emptied
+-- and made together (by Redisson: with no expiry, which timeouts' PTTL
+-- shows), and given the same expiry here: the queue's PTTL is timeouts',
+-- and only that is read. A queue the caller has just made (queue_made:
+-- it has none) is given timeouts' expiry. alive, emptied and made on its
+-- own, is read on its own.
+--
 -- latest is the latest deadline in timeouts when the caller knows it (nil:
--- read it here), and timeouts_ttl that key's PTTL when the caller has read
--- it since its last change of expiry (nil: read it here).
-local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl)
+-- read it here), timeouts_ttl that key's PTTL when the caller knows it as
+-- it is now (nil: read it here).
+local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl, queue_made)
   if not latest then
     local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
     latest = top[2] and tonumber(top[2])
@@ -357,10 +364,14 @@ local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_t
     last = math.max(last, latest)
   end
   local need = math.floor(last - server_now() + keep)
-  for _, k in ipairs({queue, timeouts, alive}) do
-    local ttl = (k == timeouts and timeouts_ttl) or redis.call('pttl', k)
-    if ttl < need then
-      redis.call('pexpire', k, need + room)
-    end
+  timeouts_ttl = timeouts_ttl or redis.call('pttl', timeouts)
+  if timeouts_ttl < need then
+    redis.call('pexpire', queue, need + room)
+    redis.call('pexpire', timeouts, need + room)
+  elseif queue_made then
+    redis.call('pexpire', queue, timeouts_ttl)
+  end
+  if redis.call('pttl', alive) < need then
+    redis.call('pexpire', alive, need + room)
   end
 end
