@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "e898941c167954a795b5696387289ea5bf50800a",
-	"delete":           "7e8980ba07ef83d51f700f925f4dd8222fcd280f",
+	"acquire":          "24a62dd77938a50c40e5241eac39889a7266aae9",
+	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "5bb67b8a7891174dfe59e11a8b3d9d0573baf571",
-	"inspect":          "52823b16a1c7edf63e6e9297fc25620daf284b07",
-	"leave":            "400923d4b6672c6d09ff6a32791a98587ffbdeea",
-	"prune":            "ec68899825086139c9982f6c246825d807563085",
+	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
+	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
+	"leave":            "2f6ccd7a45dd4be71e51d090276a2cd29e6733f1",
+	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "aeded41db0fd6ef39881c706f80cddaaeacb139f",
+	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "6d370bfe66c0f85f9c53b084253a4859609b36a1",
+	"unlock":           "47275e7057899939128cd28810aa5ec4c87fd658",
 }

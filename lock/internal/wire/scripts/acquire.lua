@@ -71,6 +71,9 @@ end
 -- purge (a re-entry with nobody waiting reads no more of it).
 local first, first_live = nil, nil
 if present == 2 or ttl == -2 then
+  -- The head's liveness deadline is read with this owner's, which a
+  -- heartbeat further back needs (also, base.lua).
+  also = me
   first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 end
 local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
@@ -153,7 +156,10 @@ local alive = nil
 -- replaces.
 local in_timeouts = score and true or false
 if score and not is_head then
-  alive = redis.call('zscore', KEYS[4], me)
+  alive = also_live
+  if alive == nil then
+    alive = redis.call('zscore', KEYS[4], me)
+  end
   if (not alive) or tonumber(alive) == left_mark then
     -- The dead entry this owner left behind when it gave up further up
     -- the queue (leave.lua): it goes (the one scan of the list, only

@@ -32,6 +32,12 @@ end
 -- no other way.
 local front, front_whole, front_lives = nil, false, nil
 
+-- also is an owner whose liveness deadline the first read of another
+-- owner's fetches too (one ZMSCORE, prelude.lua's is_dead), and also_live
+-- what it read (nil: not read; false: none) while that entry has not
+-- changed: acquire.lua's heartbeat needs its own, its purge the head's.
+local also, also_live = nil, nil
+
 -- token_keep is how much longer than the lock hash the token counter
 -- lives, in ms: after that it may expire, and the next token comes from
 -- the server's clock (next_token).

@@ -80,7 +80,10 @@ end
 -- live is its liveness deadline when the caller has read it (false:
 -- none), nil when not.
 local function is_dead(timeouts, alive, owner, live)
-  if live == nil then
+  if live == nil and also and also_live == nil and owner ~= also then
+    local both = redis.call('zmscore', alive, owner, also)
+    live, also_live = both[1], both[2]
+  elseif live == nil then
     live = redis.call('zscore', alive, owner)
   end
   local deadline = live or redis.call('zscore', timeouts, owner)
@@ -103,6 +106,9 @@ local function drop(pop, queue, timeouts, alive, owner)
   end
   local had = redis.call('zrem', timeouts, owner)
   redis.call('zrem', alive, owner)
+  if owner == also then
+    also_live = nil
+  end
   return had
 end
 
