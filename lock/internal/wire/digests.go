@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "595ff6797cbff3d5400706d3e39c6b9c52dbbc7a",
-	"delete":           "37c985529e410a49c7aecabfafad2a3db9c1d227",
+	"acquire":          "24a62dd77938a50c40e5241eac39889a7266aae9",
+	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "09003c33a2406b6ab1bd2312a0889e72b4b29bd4",
-	"inspect":          "df8cf262ec32eaddcc35be557de3b1a1e374fed3",
-	"leave":            "86b2dfc496378c3860a158991c33f582239b157f",
-	"prune":            "f0ddaa9d91a76b33a46d5e68d2240c78df436549",
+	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
+	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
+	"leave":            "2f6ccd7a45dd4be71e51d090276a2cd29e6733f1",
+	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "9932da9f0947181fce3322661d4b1902cc91cdae",
+	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "5290640cfac1436d5929657f8b57ef0fa96c538c",
+	"unlock":           "47275e7057899939128cd28810aa5ec4c87fd658",
 }

@@ -58,11 +58,24 @@
 local me = ARGV[1]
 local lease = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
-local first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 
 -- The hash's PTTL tells whether anyone holds (-2: free), and is the wait
--- hint of a head below.
-local ttl = redis.call('pttl', KEYS[1])
+-- hint of a head below. When the hash and the queue both exist (present,
+-- acquire_fast.lua), the lock is held and the PTTL is read only if a step
+-- needs its value (nil until then).
+local ttl = nil
+if present ~= 2 then
+  ttl = redis.call('pttl', KEYS[1])
+end
+-- One of the two keys exists: when it is the hash, there is no queue to
+-- purge (a re-entry with nobody waiting reads no more of it).
+local first, first_live = nil, nil
+if present == 2 or ttl == -2 then
+  -- The head's liveness deadline is read with this owner's, which a
+  -- heartbeat further back needs (also, base.lua).
+  also = me
+  first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
+end
 local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
 if ARGV[9] ~= '0' and not (held and tonumber(ARGV[9]) == hold_token(KEYS[5])) then
   -- The hold this request names is gone (see above).
@@ -139,8 +152,14 @@ local position = 0
 local score = redis.call('zscore', KEYS[3], me)
 local is_head = first == me
 local alive = nil
+-- in_timeouts: this owner has an entry in Redisson's zset, which a join
+-- replaces.
+local in_timeouts = score and true or false
 if score and not is_head then
-  alive = redis.call('zscore', KEYS[4], me)
+  alive = also_live
+  if alive == nil then
+    alive = redis.call('zscore', KEYS[4], me)
+  end
   if (not alive) or tonumber(alive) == left_mark then
     -- The dead entry this owner left behind when it gave up further up
     -- the queue (leave.lua): it goes (the one scan of the list, only
@@ -149,6 +168,12 @@ if score and not is_head then
     score = nil
   end
 end
+-- timeouts_ttl: the PTTL of Redisson's zset when this run has read it and
+-- it has not changed since (keep_queue), else nil.
+local timeouts_ttl = nil
+-- latest: the latest deadline in Redisson's zset, when this run knows it
+-- (keep_queue).
+local latest = nil
 if score then
   -- Queued: heartbeat (X2). First in line, the Redisson deadline is the
   -- liveness deadline; further back it moves forward by the time since the
@@ -161,10 +186,10 @@ if score then
   end
   redis.call('zadd', KEYS[3], deadline, me)
 else
-  -- Join the tail, behind the last live entry, with room for the
+  -- Join the tail with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
   -- + ARGV[8] (Redisson's fairLockWaitTimeout) for each Redisson waiter
-  -- queued, all ahead, and no less than the last one's deadline, which
+  -- queued, all ahead, and no less than the latest deadline, which
   -- covers longer Java waits while the chain is fresh. Never more: a chain
   -- that added to the last deadline grew with every turn, as fairlock
   -- acquisitions take nothing off it.
@@ -197,27 +222,52 @@ else
   -- Dead fairlock waiters still queued and entries owners left behind
   -- (leave.lua) then count as Redisson waiters: more room than needed,
   -- never less, and still one wait per queued entry (X15).
-  redis.call('zrem', KEYS[3], me)
-  redis.call('zrem', KEYS[4], me)
-  if redis.call('pttl', KEYS[3]) < 0 then
+  --
+  -- The chain is taken from the latest deadline in Redisson's zset rather
+  -- than the tail's: never less (the tail's is one of them), and the one
+  -- read keep_queue needs too, as the joiner's deadline is then the
+  -- latest. Only more room, never less: a dead fairlock waiter's Redisson
+  -- deadline may lie ahead still (the room it joined with), and is
+  -- counted as a live Redisson waiter's would be; an entry left behind
+  -- (leave.lua) has its deadline at the time it left.
+  --
+  -- This owner's own liveness entry is written before the live ones are
+  -- counted (it is one of them; a stale one is overwritten), rather than
+  -- removed first and written after.
+  --
+  -- A dead run at the tail is not dropped here: as the chain no longer
+  -- reads the tail, it could only matter to whoever queues next, and that
+  -- owner now chains on this one, live. The dead entries stay until they
+  -- reach the head (B5: a Redisson waiter among them is told then), or
+  -- become the tail again and a heartbeat or a leave drops them there.
+  if in_timeouts then
+    redis.call('zrem', KEYS[3], me)
+  end
+  timeouts_ttl = redis.call('pttl', KEYS[3])
+  if timeouts_ttl < 0 then
     redis.call('del', KEYS[4])
   end
-  local last = drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
-  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf')
-  local javas = math.max(redis.call('zcard', KEYS[3]) - gos, 0)
+  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf') - 1
+  local others = redis.call('zcard', KEYS[3])
+  if others == 0 then
+    -- Emptied (or never there): the ZADD below makes it anew, with no
+    -- expiry.
+    timeouts_ttl = -1
+  end
+  local javas = math.max(others - gos, 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
-  if last then
-    local last_deadline = redis.call('zscore', KEYS[3], last)
-    if last_deadline then
-      deadline = math.max(deadline, tonumber(last_deadline))
-    end
+  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
+  if top[2] then
+    deadline = math.max(deadline, tonumber(top[2]))
   end
   position = redis.call('rpush', KEYS[2], me)
   is_head = position == 1
   redis.call('zadd', KEYS[3], deadline, me)
+  latest = deadline
 end
-redis.call('zadd', KEYS[4], now + waiter_timeout, me)
 if score then
+  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.
@@ -233,7 +283,11 @@ if position > 1 then
   -- is ahead.
   position = math.max(position - left, 2)
 end
-keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout)
+-- The queue and Redisson's zset hold the same owners (every script, ours
+-- and Redisson's, adds and removes an owner in both), so they are emptied,
+-- made and given an expiry together: the queue's PTTL is the zset's,
+-- unless this join made the queue (position 1).
+keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat
@@ -241,6 +295,7 @@ keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout)
 local head = 0
 if is_head then
   head = 1
+  ttl = ttl or redis.call('pttl', KEYS[1])
   if ttl >= 0 and ttl < hint then
     -- PTTL says 0 in the last millisecond; never hint 0 (X4).
     hint = math.max(ttl, 1)

@@ -18,7 +18,10 @@ do
     return err
   end
 end
-if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+-- present counts the lock hash and the queue: 2 tells acquire.lua the
+-- hash exists without asking again.
+local present = redis.call('exists', KEYS[1], KEYS[2])
+if present == 0 then
   if ARGV[9] ~= '0' then
     -- A request naming a hold: with no lock hash, that hold is gone, and
     -- nothing is granted in its place (see acquire.lua).

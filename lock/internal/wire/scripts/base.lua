@@ -22,6 +22,22 @@ local function server_now()
   return clock_ms
 end
 
+-- front is the queue's first entries as this run has read them (nil: not
+-- read): unlock_fast.lua reads the first two (LRANGE), where it would
+-- otherwise ask only whether the queue exists, and the hand-over then
+-- needs no LINDEX for the head or for the one after it. front_whole says
+-- front holds the whole queue; front_lives holds their liveness deadlines
+-- once read (one ZMSCORE for both; false: none). Only a pop of the head
+-- keeps it (prelude.lua, drop); the scripts that read it change the queue
+-- no other way.
+local front, front_whole, front_lives = nil, false, nil
+
+-- also is an owner whose liveness deadline the first read of another
+-- owner's fetches too (one ZMSCORE, prelude.lua's is_dead), and also_live
+-- what it read (nil: not read; false: none) while that entry has not
+-- changed: acquire.lua's heartbeat needs its own, its purge the head's.
+local also, also_live = nil, nil
+
 -- token_keep is how much longer than the lock hash the token counter
 -- lives, in ms: after that it may expire, and the next token comes from
 -- the server's clock (next_token).

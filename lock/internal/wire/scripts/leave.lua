@@ -65,10 +65,15 @@ else
   -- delete() while they waited).
   redis.call('zrem', KEYS[4], me)
 end
-if redis.call('hget', KEYS[1], me) == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
+-- field: this owner's count in the hash, read once: the hand-over below
+-- grants to a queued owner, never to this one, which is out of the queue
+-- (or left in it dead).
+local field = redis.call('hget', KEYS[1], me)
+if field == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
   -- A hand-over grant this owner's client has not taken up and no longer
   -- wants: it passes on.
   redis.call('hdel', KEYS[1], me)
+  field = false
   queued = 1
 end
 local ttl = redis.call('pttl', KEYS[1])
@@ -77,5 +82,5 @@ if ttl == -2 then
 elseif was_head then
   settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], nil, true, ttl)
 end
-local count = tonumber(redis.call('hget', KEYS[1], me) or '0')
+local count = tonumber(field or '0')
 return {queued, count, hold_token(KEYS[5])}

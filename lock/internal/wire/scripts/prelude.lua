@@ -17,7 +17,7 @@
 -- whole wait, however long it has waited already. So a fairlock waiter
 -- joins with room for all of them: the waiter timeout plus Redisson's
 -- fairLockWaitTimeout (WithRedissonSlack) per Redisson waiter queued, or
--- the last waiter's deadline if later (Redisson's chain, which counts
+-- the latest deadline queued if later (Redisson's chain, which counts
 -- longer Java waits but not the time they have been waiting); each
 -- heartbeat moves its deadline forward by the time since the previous
 -- one, which keeps that room over the decrements still to come; and
@@ -75,10 +75,17 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
 end
 
 -- is_dead reports whether a queued owner's deadline has passed (or it has
--- none at all), and returns its liveness deadline (nil for a Redisson
--- waiter).
-local function is_dead(timeouts, alive, owner)
-  local live = redis.call('zscore', alive, owner)
+-- none at all), and returns its liveness deadline (nil or false for a
+-- Redisson waiter).
+-- live is its liveness deadline when the caller has read it (false:
+-- none), nil when not.
+local function is_dead(timeouts, alive, owner, live)
+  if live == nil and also and also_live == nil and owner ~= also then
+    local both = redis.call('zmscore', alive, owner, also)
+    live, also_live = both[1], both[2]
+  elseif live == nil then
+    live = redis.call('zscore', alive, owner)
+  end
   local deadline = live or redis.call('zscore', timeouts, owner)
   return (not deadline) or tonumber(deadline) <= server_now(), live
 end
@@ -88,8 +95,20 @@ end
 -- deadline, else 0.
 local function drop(pop, queue, timeouts, alive, owner)
   redis.call(pop, queue)
+  if front and pop == 'lpop' and (front_whole or #front > 1) then
+    -- The entry after it, if read, is the head now (front, base.lua).
+    table.remove(front, 1)
+    if front_lives then
+      table.remove(front_lives, 1)
+    end
+  else
+    front = nil
+  end
   local had = redis.call('zrem', timeouts, owner)
   redis.call('zrem', alive, owner)
+  if owner == also then
+    also_live = nil
+  end
   return had
 end
 
@@ -107,6 +126,23 @@ local function drop_dead(pop, queue, timeouts, alive, channel_prefix, publish, o
   end
 end
 
+-- peek_head returns the queue's head and, when this run has read it, its
+-- liveness deadline (false: none; nil: not read): from front when this
+-- run has read the queue's first entries (their liveness deadlines then
+-- read together, one ZMSCORE), else one LINDEX.
+local function peek_head(queue, alive)
+  if not front then
+    return redis.call('lindex', queue, 0), nil
+  end
+  if not front[1] then
+    return nil, nil
+  end
+  if not front_lives then
+    front_lives = redis.call('zmscore', alive, unpack(front))
+  end
+  return front[1], front_lives[1]
+end
+
 -- settle_head removes queue heads that are dead (B5). Only the run of dead
 -- heads is visited, never the whole queue (X8). When the head changed -
 -- changed says the caller has just popped one, or a dead one was removed
@@ -117,11 +153,12 @@ end
 -- waiter), which callers use rather than read them again.
 local function settle_head(hash, queue, timeouts, alive, channel_prefix, publish, me, changed, ttl)
   while true do
-    local head = redis.call('lindex', queue, 0)
+    local head, live = peek_head(queue, alive)
     if not head then
       return nil, nil
     end
-    local dead, live = is_dead(timeouts, alive, head)
+    local dead
+    dead, live = is_dead(timeouts, alive, head, live)
     if not dead then
       if changed and head ~= me then
         wake(hash, timeouts, channel_prefix, publish, head, live, ttl)
@@ -306,22 +343,41 @@ end
 -- (Redisson's slack) leaves room for a Redisson waiter that queues later
 -- without touching the TTLs. An expiry only moves forward here, and when
 -- it does it gets room ms more (the waiter timeout), so most calls only
--- read: the latest deadline and each key's PTTL (each key on its own: one
--- created since, by Redisson or by this call, has none). The latest
+-- read: the latest deadline and the PTTLs. The latest
 -- deadline is the latest in timeouts or the liveness deadline the caller
 -- has just written (now + room): Redisson's decrements can take a
 -- fairlock waiter's Redisson deadline below its liveness deadline, whose
 -- expiry its own write has covered.
-local function keep_queue(queue, timeouts, alive, keep, room)
-  local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
+--
+-- The queue and timeouts hold the same owners (every script, fairlock's
+-- and Redisson's, adds and removes an owner in both), so they are emptied
+-- and made together (by Redisson: with no expiry, which timeouts' PTTL
+-- shows), and given the same expiry here: the queue's PTTL is timeouts',
+-- and only that is read. A queue the caller has just made (queue_made:
+-- it has none) is given timeouts' expiry. alive, emptied and made on its
+-- own, is read on its own.
+--
+-- latest is the latest deadline in timeouts when the caller knows it (nil:
+-- read it here), timeouts_ttl that key's PTTL when the caller knows it as
+-- it is now (nil: read it here).
+local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl, queue_made)
+  if not latest then
+    local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
+    latest = top[2] and tonumber(top[2])
+  end
   local last = server_now() + room
-  if top[2] then
-    last = math.max(last, tonumber(top[2]))
+  if latest then
+    last = math.max(last, latest)
   end
   local need = math.floor(last - server_now() + keep)
-  for _, k in ipairs({queue, timeouts, alive}) do
-    if redis.call('pttl', k) < need then
-      redis.call('pexpire', k, need + room)
-    end
+  timeouts_ttl = timeouts_ttl or redis.call('pttl', timeouts)
+  if timeouts_ttl < need then
+    redis.call('pexpire', queue, need + room)
+    redis.call('pexpire', timeouts, need + room)
+  elseif queue_made then
+    redis.call('pexpire', queue, timeouts_ttl)
+  end
+  if redis.call('pttl', alive) < need then
+    redis.call('pexpire', alive, need + room)
   end
 end
