@@ -46,6 +46,15 @@ backports_entry() {
     }'
 }
 
+# backports_line prints the same for a one-line source (sources.list
+# format): the first "deb" line naming the release, with the backports
+# suite instead.
+backports_line() {
+  local release=$1
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v release="$release" '
+    $1 == "deb" { for (i = 2; i <= NF; i++) if ($i == release) { $i = release "-backports"; print; exit } }'
+}
+
 # add_backports makes apt see the release's backports suite, unless a
 # source names it already, and updates apt's lists.
 add_backports() {
@@ -54,17 +63,20 @@ add_backports() {
   [ -n "$release" ] || { say "cannot tell the Debian release from /etc/os-release"; return 1; }
   suite="$release-backports"
   if ! grep -Eqs "(^|[[:space:]])$suite([[:space:]]|$)" /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
-    local entry
+    local entry file=/etc/apt/sources.list.d/$suite.sources
     entry=$(backports_entry "$release")
     if [ -z "$entry" ]; then
-      say "no deb822 source for $release under /etc/apt/sources.list.d/ to copy for $suite"
+      entry=$(backports_line "$release") file=/etc/apt/sources.list.d/$suite.list
+    fi
+    if [ -z "$entry" ]; then
+      say "no apt source for $release to copy for $suite"
       return 1
     fi
-    say "adding $suite to apt's sources (/etc/apt/sources.list.d/$suite.sources):"
+    say "adding $suite to apt's sources ($file):"
     printf '%s\n' "$entry" | sed 's/^/  /' >&2
-    printf '%s\n' "$entry" | $sudo tee "/etc/apt/sources.list.d/$suite.sources" >/dev/null
+    printf '%s\n' "$entry" | $sudo tee "$file" >/dev/null
   fi
-  $sudo apt-get update -qq && echo "$suite"
+  $sudo apt-get update -qq >&2 && echo "$suite"
 }
 
 if [ -n "${FAIRLOCK_REDIS_SERVER:-}" ]; then
