@@ -135,10 +135,11 @@ fi
 # digests are generated at build time). The client-side variants
 # (rueidis without cache, go-redis on RESP2) ran on Redis only.
 FAIRLOCK_SERVER=valkey GODEBUG=fips140=only go test -count=1 -p 3 -timeout 15m -run '^TestConformance(Cluster|Sentinel)?$' ./rueidisbackend/ ./valkeybackend/ ./goredisbackend/
-# An outside module runs the conformance suite against its own backend with
-# exported packages only; the benchmarks module (its own go.mod) must build.
+# The fault suite's bad input and the demo in FIPS-only mode too.
 GODEBUG=fips140=only go test -count=1 -run '^TestBadInput$' ./internal/faultsuite/
 GODEBUG=fips140=only go run ./cmd/fairlock demo >/dev/null
+# An outside module runs the conformance suite against its own backend with
+# exported packages only; the benchmarks module (its own go.mod) must build.
 (cd examples/outsidebackend && go vet ./... && go test -race -count=1 ./...)
 (cd examples/fencing && go vet ./... && go test -race -count=1 ./...)
 (cd benchmarks && go vet ./...)
