@@ -72,8 +72,11 @@ func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) (*Hold, 
 // ErrUnavailable when its last attempt could not reach the server. Giving
 // up leaves the queue at once. With a wait of 0 it makes one attempt and
 // never queues: ErrNotAcquired while the lock is held or anyone is queued;
-// a connection error is returned at once (after undoing whatever the
-// attempt may have done).
+// ErrUnavailable, without a second attempt, as soon as the client reports
+// a connection error (after undoing whatever the attempt may have done).
+// With nothing listening at the server's address that is within
+// milliseconds on every adapter; a go-redis client given to
+// goredisbackend.New first dials as often as its DialerRetries say.
 func (m *Mutex) TryLock(ctx context.Context, wait time.Duration) (*Hold, error) {
 	return m.acquire(ctx, acquireSpec{op: observe.OpTryLock, wait: wait, watchdog: true, try: true})
 }

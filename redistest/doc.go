@@ -1,8 +1,8 @@
-// Package redistest starts real redis-server processes for the tests of
-// fairlock backends, this repository's and outside ones: a backend's author
-// runs the conformance suite against a server from Start (see package
-// github.com/fairlock/fairlock/conformance), and fault tests crash, pause and
-// restart it.
+// Package redistest starts real redis-server (or valkey-server) processes
+// for the tests of fairlock backends, this repository's and outside ones: a
+// backend's author runs the conformance suite against a server from Start
+// (see package github.com/fairlock/fairlock/conformance), and fault tests
+// crash, pause and restart it.
 //
 // Every server runs on a free 127.0.0.1 port in a directory obtained from
 // testing.TB.TempDir, without persistence unless WithAOF is given, and is
@@ -12,8 +12,13 @@
 // cannot start they fail the test with the reason and the tail of the
 // server's log.
 //
-// The redis-server binary is taken from the FAIRLOCK_REDIS_SERVER environment
-// variable, else from PATH, else /usr/bin/redis-server (see Binary).
+// The package starts Redis or Valkey (Kind): the FAIRLOCK_SERVER environment
+// variable picks the default ("redis" unless it says "valkey"; see
+// DefaultKind), WithServer picks one for a server, and replicas and
+// sentinels run their primary's. The redis-server binary is taken from the
+// FAIRLOCK_REDIS_SERVER environment variable, else from PATH, else
+// /usr/bin/redis-server; valkey-server's likewise from FAIRLOCK_VALKEY_SERVER
+// (see BinaryOf). Sentinels run the same binary with --sentinel.
 //
 // The package talks to the servers with a minimal built-in RESP client
 // (standard library only); Server.Do exposes it so tests can inspect keys

@@ -21,8 +21,12 @@ const (
 	// envBinary names the environment variable that overrides the
 	// redis-server binary.
 	envBinary = "FAIRLOCK_REDIS_SERVER"
-	// fallbackBinary is used when redis-server is not in PATH.
-	fallbackBinary = "/usr/bin/redis-server"
+	// envValkeyBinary names the environment variable that overrides the
+	// valkey-server binary.
+	envValkeyBinary = "FAIRLOCK_VALKEY_SERVER"
+	// envServer names the environment variable that picks the server
+	// Start starts without WithServer: "redis" (the default) or "valkey".
+	envServer = "FAIRLOCK_SERVER"
 
 	startTimeout   = 15 * time.Second // until a started server answers PING
 	stopTimeout    = 15 * time.Second // until a SIGTERMed server exits
@@ -46,29 +50,79 @@ const (
 // errAddrInUse marks a start failure caused by a port already being bound.
 var errAddrInUse = errors.New("address already in use")
 
-// Binary returns the path of the redis-server binary used by this package:
-// the value of the FAIRLOCK_REDIS_SERVER environment variable if set, else
-// redis-server found in PATH, else /usr/bin/redis-server. It returns an
-// error if none of them is an executable file.
+// Kind is a server implementation the package can start: Redis or Valkey
+// (its fork, which speaks the same protocol and reads the same arguments).
+type Kind string
+
+const (
+	// Redis is redis-server: the FAIRLOCK_REDIS_SERVER environment variable
+	// if set, else redis-server in PATH, else /usr/bin/redis-server.
+	Redis Kind = "redis"
+	// Valkey is valkey-server: the FAIRLOCK_VALKEY_SERVER environment
+	// variable if set, else valkey-server in PATH, else
+	// /usr/bin/valkey-server.
+	Valkey Kind = "valkey"
+)
+
+// DefaultKind returns the server Start starts without WithServer: the
+// value of the FAIRLOCK_SERVER environment variable ("redis" or "valkey"),
+// Redis when it is unset or empty. Any other value is an error.
+func DefaultKind() (Kind, error) {
+	switch k := Kind(os.Getenv(envServer)); k {
+	case "", Redis:
+		return Redis, nil
+	case Valkey:
+		return Valkey, nil
+	default:
+		return "", fmt.Errorf("redistest: %s=%q: want %q or %q", envServer, k, Redis, Valkey)
+	}
+}
+
+// Binary returns the path of the binary of DefaultKind's server (see
+// BinaryOf).
 func Binary() (string, error) {
-	if p := os.Getenv(envBinary); p != "" {
+	k, err := DefaultKind()
+	if err != nil {
+		return "", err
+	}
+	return BinaryOf(k)
+}
+
+// BinaryOf returns the path of kind's server binary: for Redis the value of
+// the FAIRLOCK_REDIS_SERVER environment variable if set, else redis-server
+// found in PATH, else /usr/bin/redis-server; for Valkey the same with
+// FAIRLOCK_VALKEY_SERVER and valkey-server. It returns an error if none of
+// them is an executable file. Sentinels run the same binary with
+// --sentinel.
+func BinaryOf(kind Kind) (string, error) {
+	env, name := envBinary, "redis-server"
+	switch kind {
+	case Redis:
+	case Valkey:
+		env, name = envValkeyBinary, "valkey-server"
+	default:
+		return "", fmt.Errorf("redistest: unknown server kind %q", kind)
+	}
+	if p := os.Getenv(env); p != "" {
 		path, err := exec.LookPath(p)
 		if err != nil {
-			return "", fmt.Errorf("redistest: %s=%q: %w", envBinary, p, err)
+			return "", fmt.Errorf("redistest: %s=%q: %w", env, p, err)
 		}
 		return path, nil
 	}
-	if path, err := exec.LookPath("redis-server"); err == nil {
+	if path, err := exec.LookPath(name); err == nil {
 		return path, nil
 	}
-	if path, err := exec.LookPath(fallbackBinary); err == nil {
+	fallback := "/usr/bin/" + name
+	if path, err := exec.LookPath(fallback); err == nil {
 		return path, nil
 	}
-	return "", fmt.Errorf("redistest: redis-server not found in PATH nor at %s; install it (apt-get install redis-server) or set %s", fallbackBinary, envBinary)
+	return "", fmt.Errorf("redistest: %s not found in PATH nor at %s; install it (scripts/test.sh does) or set %s", name, fallback, env)
 }
 
 // config collects the settings applied by Options.
 type config struct {
+	kind     Kind // WithServer; "" for DefaultKind
 	args     []string
 	cluster  bool
 	aof      bool
@@ -80,6 +134,13 @@ type config struct {
 
 // Option configures a server started by Start or StartReplica.
 type Option func(*config)
+
+// WithServer starts kind's server (Redis or Valkey) instead of
+// DefaultKind's. StartReplica and StartSentinel start the primary's kind
+// unless told otherwise; a cluster takes it through WithNodeOptions.
+func WithServer(kind Kind) Option {
+	return func(c *config) { c.kind = kind }
+}
 
 // WithArgs appends extra redis-server command-line arguments, for example
 // WithArgs("--notify-keyspace-events", "Kx"). They come after the package's
@@ -136,6 +197,7 @@ func withCluster() Option {
 // taking a testing.TB may fail the test and must then follow the testing
 // package's rules for Fatal.
 type Server struct {
+	kind Kind
 	bin  string
 	dir  string
 	port int
@@ -177,7 +239,8 @@ func (p *process) wait(d time.Duration) bool {
 	}
 }
 
-// Start starts a standalone redis-server on a free 127.0.0.1 port, in a
+// Start starts a standalone server (DefaultKind's: redis-server unless
+// FAIRLOCK_SERVER=valkey; WithServer picks one) on a free 127.0.0.1 port, in a
 // directory from t.TempDir, without persistence unless WithAOF is given (and
 // with repl-diskless-sync-delay 0, so replicas sync at once), and waits (at
 // most 15 s) until it answers PING. opts add redis-server arguments. A
@@ -192,11 +255,15 @@ func Start(t testing.TB, opts ...Option) *Server {
 			opt(&cfg)
 		}
 	}
-	bin, err := Binary()
+	kind, err := cfg.kindOrDefault()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	s := &Server{bin: bin, password: cfg.password}
+	bin, err := BinaryOf(kind)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	s := &Server{kind: kind, bin: bin, password: cfg.password}
 	if cfg.tls {
 		if cfg.cluster || cfg.monitor != "" {
 			t.Fatalf("redistest: WithTLS is for standalone servers only")
@@ -236,8 +303,16 @@ func Start(t testing.TB, opts ...Option) *Server {
 			t.Logf("redistest: port %d (or its cluster bus port) was taken, retrying with another port", port)
 			continue
 		}
-		t.Fatalf("redistest: cannot start redis-server on %s: %v%s", s.Addr(), err, s.logTail())
+		t.Fatalf("redistest: cannot start %s on %s: %v%s", filepath.Base(s.bin), s.Addr(), err, s.logTail())
 	}
+}
+
+// kindOrDefault returns the server WithServer chose, else DefaultKind.
+func (c config) kindOrDefault() (Kind, error) {
+	if c.kind != "" {
+		return c.kind, nil
+	}
+	return DefaultKind()
 }
 
 // buildArgs returns the redis-server command line for a server.
@@ -387,7 +462,7 @@ func waitReady(l link, p *process, timeout time.Duration) error {
 	var last error
 	for {
 		if p.exited() {
-			return fmt.Errorf("redis-server exited before answering PING (%v)", p.err)
+			return fmt.Errorf("the server exited before answering PING (%v)", p.err)
 		}
 		reply, err := roundTrip(l, pingTimeout, "PING")
 		switch {
@@ -455,6 +530,9 @@ func (s *Server) runningLocked(t testing.TB, op string) *process {
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
+
+// Kind returns which server this is: Redis or Valkey.
+func (s *Server) Kind() Kind { return s.kind }
 
 // Port returns the server's TCP port (with WithTLS, its TLS port). It
 // stays the same across Restart.
@@ -604,7 +682,7 @@ func StartReplica(t testing.TB, primary *Server, opts ...Option) *Server {
 	if primary.password != "" {
 		link = append(link, "--masterauth", primary.password)
 	}
-	all := append([]Option{WithArgs(link...)}, opts...)
+	all := append([]Option{WithServer(primary.kind), WithArgs(link...)}, opts...)
 	r := Start(t, all...)
 	var status string
 	ok := poll(replicaTimeout, func() bool {
@@ -621,14 +699,14 @@ func StartReplica(t testing.TB, primary *Server, opts ...Option) *Server {
 // sentinelConf is the config file of a sentinel, in its directory.
 const sentinelConf = "sentinel.conf"
 
-// StartSentinel starts a Redis Sentinel (redis-server --sentinel) that
-// monitors primary under masterName with quorum 1, and waits (at most
+// StartSentinel starts a Sentinel (the primary's binary, redis-server or
+// valkey-server, with --sentinel) that monitors primary under masterName with quorum 1, and waits (at most
 // 30 s) until it reports the primary's address for that name. Clients
 // reach the primary through it, as in production sentinel setups.
 func StartSentinel(t testing.TB, primary *Server, masterName string) *Server {
 	t.Helper()
 	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1", masterName, primary.Port())
-	s := Start(t, func(c *config) { c.monitor = line })
+	s := Start(t, WithServer(primary.kind), func(c *config) { c.monitor = line })
 	var got any
 	ok := poll(replicaTimeout, func() bool {
 		got = s.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName)
@@ -761,7 +839,7 @@ func (s *Server) logTail() string {
 		fmt.Fprintf(&b, "\n--- tail of %s ---\n%s", path, bytes.TrimRight(data, "\n"))
 	}
 	if b.Len() == 0 {
-		return "\n(redis-server wrote no log output)"
+		return "\n(the server wrote no log output)"
 	}
 	return b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,17 +17,19 @@ import (
 )
 
 func TestBinary(t *testing.T) {
-	path, err := redistest.Binary()
-	if err != nil {
-		t.Fatalf("Binary: %v", err)
-	}
-	t.Setenv("FAIRLOCK_REDIS_SERVER", path)
-	if got, err := redistest.Binary(); err != nil || got != path {
-		t.Fatalf("Binary with env = %q, %v; want %q", got, err, path)
-	}
-	t.Setenv("FAIRLOCK_REDIS_SERVER", "/nonexistent/redis-server")
-	if got, err := redistest.Binary(); err == nil {
-		t.Fatalf("Binary with bad env = %q, want error", got)
+	for kind, env := range map[redistest.Kind]string{redistest.Redis: "FAIRLOCK_REDIS_SERVER", redistest.Valkey: "FAIRLOCK_VALKEY_SERVER"} {
+		path, err := redistest.BinaryOf(kind)
+		if err != nil {
+			t.Fatalf("BinaryOf(%s): %v", kind, err)
+		}
+		t.Setenv(env, path)
+		if got, err := redistest.BinaryOf(kind); err != nil || got != path {
+			t.Fatalf("BinaryOf(%s) with %s = %q, %v; want %q", kind, env, got, err, path)
+		}
+		t.Setenv(env, "/nonexistent/server")
+		if got, err := redistest.BinaryOf(kind); err == nil {
+			t.Fatalf("BinaryOf(%s) with a bad %s = %q, want error", kind, env, got)
+		}
 	}
 }
 
@@ -134,7 +137,11 @@ func TestStartFailureReportsLog(t *testing.T) {
 	f.mu.Lock()
 	msg := f.fatal
 	f.mu.Unlock()
-	if !strings.Contains(msg, "cannot start redis-server") || !strings.Contains(msg, "no-such-directive") {
+	bin, err := redistest.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "cannot start "+filepath.Base(bin)) || !strings.Contains(msg, "no-such-directive") {
 		t.Fatalf("Start with a bad argument: Fatalf message %q lacks the reason or the log tail", msg)
 	}
 	t.Logf("failure message:\n%s", msg)
