@@ -1,0 +1,240 @@
+// Package sim runs the lock in a deterministic simulation: the real lock
+// package and the real rueidis adapter, against an in-process server
+// (miniredis, which runs the same Lua scripts) behind a switch that
+// decides, per message and by a seed, to deliver, delay or fail, all in
+// a testing/synctest bubble whose clock is virtual - hours of leases in
+// seconds. The soak's checker (internal/soak) judges each history, and an
+// invariant script checks the server's state after the scripts run.
+package sim
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/soak"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// Config is one simulated history.
+type Config struct {
+	Seed     uint64
+	Duration time.Duration // virtual
+	Clients  int           // Go clients (each a rueidis client of its own)
+	Owners   int           // owners per client on each shared lock
+	Locks    int           // shared locks
+	Lease    time.Duration // the clients' lease (the watchdog's)
+	Faults   Faults
+	// Nemesis turns on server-wide faults: pauses and every connection
+	// failing at once.
+	Nemesis bool
+}
+
+// DefaultConfig is the simulation's usual mix.
+func DefaultConfig(seed uint64) Config {
+	return Config{Seed: seed, Duration: 10 * time.Minute, Clients: 3, Owners: 2, Locks: 3, Lease: 15 * time.Second,
+		Faults: Faults{Delay: 0.3, MaxDelay: time.Millisecond, LongDelay: 0.002, MaxLong: 2 * time.Second,
+			Fail: 0.002, LoseReply: 0.002},
+		Nemesis: true}
+}
+
+// Result is one history, its report and the simulation's own counts.
+type Result struct {
+	History    *soak.History
+	Report     soak.Report
+	Ops        int
+	Faults     int
+	Counts     map[string]int // the switch's decisions by kind
+	Trace      []Decision
+	Checks     int      // invariant checks run
+	Broken     []string // invariants found broken
+	VirtualEnd time.Duration
+}
+
+// Run simulates one history and checks it. dir takes the history file.
+func Run(t *testing.T, cfg Config, dir string) Result {
+	var res Result
+	var rec *recorder
+	synctest.Test(t, func(t *testing.T) {
+		rec = newRecorder(cfg.Seed)
+		res = simulate(t, cfg, rec)
+	})
+	b := soak.DefaultBounds(cfg.Lease)
+	h, err := rec.complete(dir, b)
+	if err != nil {
+		t.Fatalf("sim: history: %v", err)
+	}
+	res.History = h
+	res.Report = soak.Check(h, b)
+	res.Ops = len(h.Ops())
+	res.Faults = len(h.Faults())
+	return res
+}
+
+// world is one simulation's server, switch and invariant checker.
+type world struct {
+	srv *miniredis.Miniredis
+	nw  *Network
+	inv *Invariants
+	rec *recorder
+	cfg Config
+
+	poke chan struct{} // asks the invariant checker to run (coalesced)
+}
+
+func simulate(t *testing.T, cfg Config, rec *recorder) Result {
+	w := &world{srv: miniredis.NewMiniRedis(), rec: rec, cfg: cfg, poke: make(chan struct{}, 1)}
+	w.srv.ClockTTL(true) // TTLs run on time.Now(): the bubble's virtual clock
+	names := make([]string, cfg.Locks)
+	for i := range names {
+		names[i] = fmt.Sprintf("sim:s%d", i)
+	}
+	var err error
+	if w.inv, err = NewInvariants(w.srv, names); err != nil {
+		t.Fatal(err)
+	}
+	w.nw = NewNetwork(cfg.Seed, w.srv, cfg.Faults, Hooks{Replied: w.replied, Fault: w.fault})
+	ctx, stop := context.WithCancel(context.Background())
+	var checker sync.WaitGroup
+	checker.Go(func() { w.checkLoop(ctx) })
+
+	var clients []*lock.Client
+	var backends []*rueidisbackend.Backend
+	var actors sync.WaitGroup
+	for c := 0; c < cfg.Clients+1; c++ {
+		label := fmt.Sprintf("rueidis#%d", c)
+		b, lc := w.client(t, label)
+		backends, clients = append(backends, b), append(clients, lc)
+		if c == cfg.Clients {
+			actors.Go(func() { w.admin(ctx, lc, label, names) })
+			break
+		}
+		for _, name := range names {
+			for k := 0; k < cfg.Owners; k++ {
+				m, err := lc.NewMutex(name, lock.WithOwnerID(int64(k+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := &owner{m: m, client: label, rec: rec,
+					rnd: rand.New(rand.NewPCG(cfg.Seed, hashLabel(label+"/"+name)+uint64(k)))}
+				actors.Go(func() {
+					for ctx.Err() == nil {
+						o.step(ctx)
+					}
+				})
+			}
+		}
+	}
+	if cfg.Nemesis {
+		actors.Go(func() { w.nemesis(ctx) })
+	}
+	time.Sleep(cfg.Duration)
+	stop()
+	actors.Wait()
+	for i, lc := range clients {
+		lc.Close()
+		backends[i].Close()
+	}
+	checker.Wait()
+	if err := w.inv.Check(); err != nil {
+		t.Errorf("sim: last invariant check: %v", err)
+	}
+	end := rec.h.Now()
+	w.inv.Close()
+	w.srv.Close()
+	checks, broken := w.inv.Result()
+	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end}
+}
+
+// client opens one rueidis client whose every connection goes through
+// the switch, and a lock client on it.
+func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lock.Client) {
+	b, err := rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
+		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }})
+	if err != nil {
+		t.Fatalf("sim: dial %s: %v", label, err)
+	}
+	lc, err := lock.NewClient(b, lock.WithLease(w.cfg.Lease), lock.WithObserver(observer{w.rec.h}))
+	if err != nil {
+		t.Fatalf("sim: client %s: %v", label, err)
+	}
+	return b, lc
+}
+
+// replied asks the invariant checker to run; a check already asked for
+// covers this reply too.
+func (w *world) replied() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (w *world) checkLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.poke:
+			if err := w.inv.Check(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// fault records one message's fault in the history, so the checker
+// excuses what it explains (as the soak's proxies' faults are).
+func (w *world) fault(who string, d Decision) {
+	now := w.rec.h.Now()
+	f := soak.Fault{Kind: soak.FaultReset, Target: who, Start: now, End: now}
+	if d.What != "fail" && d.What != "lose" {
+		f.Kind, f.End = soak.FaultLatency, now+d.Delay
+	}
+	w.rec.h.AddFault(f)
+}
+
+// admin force-unlocks a random shared lock now and then.
+func (w *world) admin(ctx context.Context, lc *lock.Client, label string, names []string) {
+	rnd := rand.New(rand.NewPCG(w.cfg.Seed, hashLabel("admin")))
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(5+rnd.IntN(55))*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		m, err := lc.NewMutex(names[rnd.IntN(len(names))])
+		if err != nil {
+			return
+		}
+		forceUnlock(ctx, w.rec, m, label)
+	}
+}
+
+// nemesis pauses the server or fails every connection now and then.
+func (w *world) nemesis(ctx context.Context) {
+	rnd := rand.New(rand.NewPCG(w.cfg.Seed, hashLabel("nemesis")))
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(10+rnd.IntN(50))*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		now := w.rec.h.Now()
+		if rnd.IntN(2) == 0 {
+			d := time.Duration(100+rnd.IntN(5000)) * time.Millisecond
+			w.nw.Pause(d)
+			w.rec.h.AddFault(soak.Fault{Kind: soak.FaultPause, Target: "server", Start: now, End: now + d})
+			continue
+		}
+		w.nw.FailAll()
+		w.rec.h.AddFault(soak.Fault{Kind: soak.FaultReset, Target: "server", Start: now, End: now})
+	}
+}
