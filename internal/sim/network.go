@@ -80,6 +80,7 @@ type link struct {
 	who, label    string
 	client, toSrv net.Conn // the switch's ends
 	once          sync.Once
+	pending       pendingCmds // requests delivered whose replies have not come
 	up, down      *rand.Rand
 }
 
@@ -114,51 +115,158 @@ func (n *Network) Dial(who string) (net.Conn, error) {
 	return cc, nil
 }
 
-// forward moves the messages of one direction of l until it fails.
+// forward moves the messages of one direction of l until it fails. A
+// reader takes every frame off the sender at once into a queue, and the
+// messages wait their delays there: a sender never blocks on the switch.
+// That matters in the bubble: miniredis writes a published message while
+// holding its peer's mutex, and a goroutine blocked on a mutex is not
+// durably blocked, so a writer stuck behind a delay would stop the
+// virtual clock that ends the delay.
 func (n *Network) forward(l *link, up bool) {
+	from, to, rnd := l.client, l.toSrv, l.up
+	if !up {
+		from, to, rnd = l.toSrv, l.client, l.down
+	}
+	q := newMailbox()
+	go func() {
+		defer q.close()
+		r := bufio.NewReader(from)
+		for {
+			frame, err := readFrame(r)
+			if err != nil {
+				return
+			}
+			q.push(frame)
+		}
+	}()
 	defer func() {
 		l.close()
 		n.mu.Lock()
 		delete(n.conns, l)
 		n.mu.Unlock()
 	}()
-	from, to, rnd := l.client, l.toSrv, l.up
-	if !up {
-		from, to, rnd = l.toSrv, l.client, l.down
-	}
-	r := bufio.NewReader(from)
 	for i := 0; ; i++ {
-		frame, err := readFrame(r)
-		if err != nil {
+		frame, ok := q.pop()
+		if !ok || !n.deliver(l, up, rnd, i, frame, to) {
 			return
 		}
-		d := Decision{Conn: l.label, Up: up, N: i, What: "deliver"}
-		if up {
-			d.Cmd = commandName(frame)
+	}
+}
+
+// deliver decides the fate of message i and carries it out; false when
+// the connection is to fail.
+func (n *Network) deliver(l *link, up bool, rnd *rand.Rand, i int, frame []byte, to net.Conn) bool {
+	d := Decision{Conn: l.label, Up: up, N: i, What: "deliver"}
+	if up {
+		d.Cmd = commandName(frame)
+	}
+	d = n.decide(rnd, d)
+	n.record(d)
+	if n.hooks.Fault != nil && (d.What == "fail" || d.What == "lose" || d.Delay > n.faults.MaxDelay) {
+		n.hooks.Fault(l.who, d)
+	}
+	if d.Delay > 0 {
+		time.Sleep(d.Delay)
+	}
+	if up {
+		n.waitPause()
+	}
+	if d.What == "fail" {
+		return false
+	}
+	if up {
+		l.pending.push(d.Cmd)
+	} else if frame[0] != '>' && isScript(l.pending.pop()) && n.hooks.Replied != nil {
+		n.hooks.Replied() // a script ran: check the invariants
+	}
+	if d.What == "lose" {
+		return false
+	}
+	_, err := to.Write(frame)
+	return err == nil
+}
+
+// pendingCmds are the names of the requests a connection's server has
+// been sent, oldest first: a reply (not a push) answers the oldest.
+type pendingCmds struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (p *pendingCmds) push(name string) {
+	p.mu.Lock()
+	p.names = append(p.names, name)
+	p.mu.Unlock()
+}
+
+func (p *pendingCmds) pop() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.names) == 0 {
+		return ""
+	}
+	name := p.names[0]
+	p.names = p.names[1:]
+	return name
+}
+
+func isScript(cmd string) bool {
+	switch cmd {
+	case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "EXEC":
+		return true
+	}
+	return false
+}
+
+// mailbox is an unbounded queue of frames with one reader.
+type mailbox struct {
+	mu     sync.Mutex
+	frames [][]byte
+	closed bool
+	ready  chan struct{} // holds a token while frames or closed wait
+}
+
+func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
+
+func (m *mailbox) push(f []byte) {
+	m.mu.Lock()
+	m.frames = append(m.frames, f)
+	m.mu.Unlock()
+	m.signal()
+}
+
+func (m *mailbox) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.signal()
+}
+
+func (m *mailbox) signal() {
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for the next frame; false once the mailbox is closed and
+// empty.
+func (m *mailbox) pop() ([]byte, bool) {
+	for {
+		m.mu.Lock()
+		if len(m.frames) > 0 {
+			f := m.frames[0]
+			m.frames[0] = nil
+			m.frames = m.frames[1:]
+			m.mu.Unlock()
+			return f, true
 		}
-		d = n.decide(rnd, d)
-		n.record(d)
-		if n.hooks.Fault != nil && (d.What == "fail" || d.What == "lose" || d.Delay > n.faults.MaxDelay) {
-			n.hooks.Fault(l.who, d)
+		closed := m.closed
+		m.mu.Unlock()
+		if closed {
+			return nil, false
 		}
-		if d.Delay > 0 {
-			time.Sleep(d.Delay)
-		}
-		if up {
-			n.waitPause()
-		}
-		if d.What == "fail" {
-			return
-		}
-		if !up && n.hooks.Replied != nil {
-			n.hooks.Replied()
-		}
-		if d.What == "lose" {
-			return
-		}
-		if _, err := to.Write(frame); err != nil {
-			return
-		}
+		<-m.ready
 	}
 }
 
