@@ -3,6 +3,7 @@ package sim
 import (
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -108,7 +109,7 @@ func (r *recorder) complete(dir string, b soak.Bounds) (*soak.History, error) {
 		}
 		s.Ops = append(s.Ops, so)
 	}
-	path := filepath.Join(dir, "history.json.gz")
+	path := filepath.Join(dir, fmt.Sprintf("history-%d.json.gz", r.h.Seed))
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err

@@ -56,6 +56,9 @@ type Network struct {
 	counts  map[string]int
 	pausing time.Time // the server answers nothing before this
 	conns   map[*link]struct{}
+
+	recording bool
+	exchanges []Exchange
 }
 
 // Hooks are called by the switch's goroutines (they must not block).
@@ -175,9 +178,9 @@ func (n *Network) deliver(l *link, up bool, rnd *rand.Rand, i int, frame []byte,
 		return false
 	}
 	if up {
-		l.pending.push(d.Cmd)
-	} else if frame[0] != '>' && isScript(l.pending.pop()) && n.hooks.Replied != nil {
-		n.hooks.Replied() // a script ran: check the invariants
+		l.pending.push(d.Cmd, frame)
+	} else if frame[0] != '>' {
+		n.answered(l.pending.pop(), frame)
 	}
 	if d.What == "lose" {
 		return false
@@ -189,25 +192,63 @@ func (n *Network) deliver(l *link, up bool, rnd *rand.Rand, i int, frame []byte,
 // pendingCmds are the names of the requests a connection's server has
 // been sent, oldest first: a reply (not a push) answers the oldest.
 type pendingCmds struct {
-	mu    sync.Mutex
-	names []string
+	mu   sync.Mutex
+	reqs []Exchange
 }
 
-func (p *pendingCmds) push(name string) {
+func (p *pendingCmds) push(name string, frame []byte) {
 	p.mu.Lock()
-	p.names = append(p.names, name)
+	p.reqs = append(p.reqs, Exchange{Cmd: name, Request: frame})
 	p.mu.Unlock()
 }
 
-func (p *pendingCmds) pop() string {
+func (p *pendingCmds) pop() Exchange {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.names) == 0 {
-		return ""
+	if len(p.reqs) == 0 {
+		return Exchange{}
 	}
-	name := p.names[0]
-	p.names = p.names[1:]
-	return name
+	e := p.reqs[0]
+	p.reqs = p.reqs[1:]
+	return e
+}
+
+// Exchange is one script request and the server's reply, as sent.
+type Exchange struct {
+	Cmd            string
+	Request, Reply []byte
+}
+
+// answered handles the server's reply to req: a script ran, so the
+// invariants are checked, and the exchange is recorded if asked.
+func (n *Network) answered(req Exchange, reply []byte) {
+	if !isScript(req.Cmd) {
+		return
+	}
+	if n.hooks.Replied != nil {
+		n.hooks.Replied()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.recording {
+		req.Reply = reply
+		n.exchanges = append(n.exchanges, req)
+	}
+}
+
+// Record makes the switch keep every script request with its reply, in
+// the order the replies came (Exchanges returns them).
+func (n *Network) Record() {
+	n.mu.Lock()
+	n.recording = true
+	n.mu.Unlock()
+}
+
+// Exchanges returns the recorded script exchanges.
+func (n *Network) Exchanges() []Exchange {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]Exchange(nil), n.exchanges...)
 }
 
 func isScript(cmd string) bool {

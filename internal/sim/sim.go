@@ -37,6 +37,9 @@ type Config struct {
 	// Nemesis turns on server-wide faults: pauses and every connection
 	// failing at once.
 	Nemesis bool
+	// Record keeps every script exchange (Result.Exchanges): the
+	// differential test replays them on redis-server.
+	Record bool
 }
 
 // DefaultConfig is the simulation's usual mix.
@@ -57,6 +60,7 @@ type Result struct {
 	Trace      []Decision
 	Checks     int      // invariant checks run
 	Broken     []string // invariants found broken
+	Exchanges  []Exchange
 	VirtualEnd time.Duration
 }
 
@@ -103,6 +107,9 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 		t.Fatal(err)
 	}
 	w.nw = NewNetwork(cfg.Seed, w.srv, cfg.Faults, Hooks{Replied: w.replied, Fault: w.fault})
+	if cfg.Record {
+		w.nw.Record()
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	var checker sync.WaitGroup
 	checker.Go(func() { w.checkLoop(ctx) })
@@ -152,14 +159,24 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 	w.inv.Close()
 	w.srv.Close()
 	checks, broken := w.inv.Result()
-	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end}
+	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
+		Exchanges: w.nw.Exchanges()}
 }
 
 // client opens one rueidis client whose every connection goes through
 // the switch, and a lock client on it.
 func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lock.Client) {
-	b, err := rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
-		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }})
+	opt := rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
+		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }}
+	// The switch may fail the first connection's handshake, as a network
+	// can: dial again, a bounded number of times, as an application would.
+	var b *rueidisbackend.Backend
+	var err error
+	for try := 0; try < 20; try++ {
+		if b, err = rueidisbackend.Dial(opt); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("sim: dial %s: %v", label, err)
 	}
