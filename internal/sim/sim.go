@@ -111,45 +111,14 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 		w.nw.Record()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	var checker sync.WaitGroup
+	var checker, actors sync.WaitGroup
 	checker.Go(func() { w.checkLoop(ctx) })
-
-	var clients []*lock.Client
-	var backends []*rueidisbackend.Backend
-	var actors sync.WaitGroup
-	for c := 0; c < cfg.Clients+1; c++ {
-		label := fmt.Sprintf("rueidis#%d", c)
-		b, lc := w.client(t, label)
-		backends, clients = append(backends, b), append(clients, lc)
-		if c == cfg.Clients {
-			actors.Go(func() { w.admin(ctx, lc, label, names) })
-			break
-		}
-		for _, name := range names {
-			for k := 0; k < cfg.Owners; k++ {
-				m, err := lc.NewMutex(name, lock.WithOwnerID(int64(k+1)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				o := &owner{m: m, client: label, rec: rec,
-					rnd: rand.New(rand.NewPCG(cfg.Seed, hashLabel(label+"/"+name)+uint64(k)))}
-				actors.Go(func() {
-					for ctx.Err() == nil {
-						o.step(ctx)
-					}
-				})
-			}
-		}
-	}
-	if cfg.Nemesis {
-		actors.Go(func() { w.nemesis(ctx) })
-	}
+	closers := w.startActors(t, ctx, &actors, names)
 	time.Sleep(cfg.Duration)
 	stop()
 	actors.Wait()
-	for i, lc := range clients {
-		lc.Close()
-		backends[i].Close()
+	for _, c := range closers {
+		c()
 	}
 	checker.Wait()
 	if err := w.inv.Check(); err != nil {
@@ -161,6 +130,40 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 	checks, broken := w.inv.Result()
 	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
 		Exchanges: w.nw.Exchanges()}
+}
+
+// startActors opens the clients and starts their owners, the admin and
+// the nemesis on actors; it returns what closes the clients.
+func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.WaitGroup, names []string) []func() {
+	var closers []func()
+	for c := 0; c <= w.cfg.Clients; c++ {
+		label := fmt.Sprintf("rueidis#%d", c)
+		b, lc := w.client(t, label)
+		closers = append(closers, func() { lc.Close(); b.Close() })
+		if c == w.cfg.Clients {
+			actors.Go(func() { w.admin(ctx, lc, label, names) })
+			break
+		}
+		for _, name := range names {
+			for k := 0; k < w.cfg.Owners; k++ {
+				m, err := lc.NewMutex(name, lock.WithOwnerID(int64(k+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := &owner{m: m, client: label, rec: w.rec,
+					rnd: rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(label+"/"+name)+uint64(k)))}
+				actors.Go(func() {
+					for ctx.Err() == nil {
+						o.step(ctx)
+					}
+				})
+			}
+		}
+	}
+	if w.cfg.Nemesis {
+		actors.Go(func() { w.nemesis(ctx) })
+	}
+	return closers
 }
 
 // client opens one rueidis client whose every connection goes through
