@@ -40,6 +40,9 @@ type Config struct {
 	// Record keeps every script exchange (Result.Exchanges): the
 	// differential test replays them on redis-server.
 	Record bool
+	// SharedOwner makes each client's first owner on each lock two
+	// goroutines on one Mutex: one owner's calls at once.
+	SharedOwner bool
 }
 
 // DefaultConfig is the simulation's usual mix.
@@ -150,13 +153,19 @@ func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.Wait
 				if err != nil {
 					t.Fatal(err)
 				}
-				o := &owner{m: m, client: label, rec: w.rec,
-					rnd: rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(label+"/"+name)+uint64(k)))}
-				actors.Go(func() {
-					for ctx.Err() == nil {
-						o.step(ctx)
-					}
-				})
+				o := &owner{m: m, client: label, rec: w.rec}
+				n := 1
+				if w.cfg.SharedOwner && k == 0 {
+					n = 2 // two goroutines on one Mutex
+				}
+				for g := 0; g < n; g++ {
+					a := actor{o, rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(fmt.Sprintf("%s/%s/%d/%d", label, name, k, g))))}
+					actors.Go(func() {
+						for ctx.Err() == nil {
+							a.step(ctx)
+						}
+					})
+				}
 			}
 		}
 	}

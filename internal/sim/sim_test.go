@@ -17,6 +17,7 @@ var (
 	seedArg  = flag.Uint64("sim.seed", 0, "TestSimulate: the first history's seed (0: a fresh one, printed); history i has seed+i")
 	parallel = flag.Int("sim.parallel", runtime.GOMAXPROCS(0), "TestSimulate: histories simulated at once (with -sim.seconds)")
 	outDir   = flag.String("sim.out", "", "TestSimulate: keep each history here as history-<seed>.json.gz (soak's format: go test ./internal/soak -run TestRecheck -soak.history FILE)")
+	shared   = flag.Bool("sim.shared", false, "TestSimulate: each client's first owner on each lock is two goroutines on one Mutex")
 	virtual  = flag.Duration("sim.virtual", 10*time.Minute, "TestSimulate: each history's length in virtual time")
 )
 
@@ -55,6 +56,7 @@ func TestSimulate(t *testing.T) {
 					histories++
 					mu.Unlock()
 					cfg.Duration = length
+					cfg.SharedOwner = *shared
 					dir := *outDir
 					if dir == "" {
 						dir = t.TempDir()

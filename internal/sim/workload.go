@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,37 +13,54 @@ import (
 	"github.com/fairlock/fairlock/lock/observe"
 )
 
-// owner is one Go owner on one lock, one goroutine, its own random
-// stream (so its choices follow from the seed and its number).
+// owner is one Go owner on one lock: its Mutex and what it holds. One
+// goroutine (an actor) uses it, or two at once (one Mutex shared by
+// goroutines, a user's Lock and TryLock together): mu guards the hold.
 type owner struct {
 	m      *lock.Mutex
 	client string
 	rec    *recorder
-	rnd    *rand.Rand
 
+	mu    sync.Mutex
 	hold  *soak.Hold
 	lh    *lock.Hold
 	count int
 }
 
+// actor is one goroutine of an owner, with its own random stream (its
+// choices follow from the seed and its name).
+type actor struct {
+	*owner
+	rnd *rand.Rand
+}
+
+// current returns what the owner holds, forgetting a hold whose Done has
+// closed (its end was recorded).
+func (o *owner) current() (*soak.Hold, *lock.Hold, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lh != nil && o.lh.Err() != nil {
+		o.lh, o.hold, o.count = nil, nil, 0
+	}
+	return o.hold, o.lh, o.count
+}
+
 // step runs one operation: an acquire when the owner holds nothing, else
 // a wait (from microseconds to many leases) and then an Unlock, a
 // re-entry or an Extend.
-func (o *owner) step(ctx context.Context) {
-	if o.lh != nil && o.lh.Err() != nil {
-		o.lh, o.hold, o.count = nil, nil, 0 // lost; its Done was recorded
-	}
-	if o.lh == nil {
+func (o actor) step(ctx context.Context) {
+	hold, lh, count := o.current()
+	if lh == nil {
 		sleep(ctx, time.Duration(o.rnd.Int64N(int64(100*time.Millisecond))))
 		o.acquire(ctx)
 		return
 	}
 	sleep(ctx, o.holdFor())
 	switch r := o.rnd.IntN(10); {
-	case r < 1 && o.count < 3:
+	case r < 1 && count < 3:
 		o.acquireWith(ctx, soak.KindLock, 0, 2*time.Second)
-	case r < 2 && o.hold.Lease > 0:
-		o.extend(ctx)
+	case r < 2 && hold.Lease > 0:
+		o.extend(ctx, hold, lh)
 	default:
 		o.unlock(ctx)
 	}
@@ -50,7 +68,7 @@ func (o *owner) step(ctx context.Context) {
 
 // holdFor draws how long a hold lasts before its next call: mostly
 // short, sometimes past many renewals of the watchdog (minutes).
-func (o *owner) holdFor() time.Duration {
+func (o actor) holdFor() time.Duration {
 	switch r := o.rnd.IntN(100); {
 	case r < 2:
 		return time.Duration(o.rnd.Int64N(int64(20 * time.Minute)))
@@ -62,7 +80,7 @@ func (o *owner) holdFor() time.Duration {
 	return time.Duration(o.rnd.Int64N(int64(300 * time.Millisecond)))
 }
 
-func (o *owner) acquire(ctx context.Context) {
+func (o actor) acquire(ctx context.Context) {
 	limit := time.Duration(300+o.rnd.IntN(3000)) * time.Millisecond
 	switch r := o.rnd.IntN(10); {
 	case r < 3:
@@ -78,7 +96,7 @@ func (o *owner) acquire(ctx context.Context) {
 
 // acquireWith runs one acquire of kind under a context that ends after
 // limit (arg: TryLock's wait, or LockWithLease's lease).
-func (o *owner) acquireWith(ctx context.Context, kind soak.Kind, arg, limit time.Duration) {
+func (o actor) acquireWith(ctx context.Context, kind soak.Kind, arg, limit time.Duration) {
 	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	op := &soak.Op{Kind: kind, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Limit: limit}
@@ -114,6 +132,8 @@ func (o *owner) acquireWith(ctx context.Context, kind soak.Kind, arg, limit time
 
 // adopt records the hold an acquire returned: a new one, or a re-entry.
 func (o *owner) adopt(op *soak.Op, lh *lock.Hold, kind soak.Kind, arg time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if lh == o.lh && o.hold != nil {
 		o.count++
 		op.Hold = o.hold
@@ -135,28 +155,39 @@ func (o *owner) adopt(op *soak.Op, lh *lock.Hold, kind soak.Kind, arg time.Durat
 func (o *owner) unlock(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	op := &soak.Op{Kind: soak.KindUnlock, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: o.hold, Limit: 3 * time.Second}
+	o.mu.Lock()
+	hold, count := o.hold, o.count
+	o.mu.Unlock()
+	if hold == nil {
+		return // the other actor of this owner released it meanwhile
+	}
+	op := &soak.Op{Kind: soak.KindUnlock, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: hold, Limit: 3 * time.Second}
 	op.Call = o.rec.h.Now()
-	if o.count == 1 {
-		o.rec.releasing(o.hold, op.Call)
+	if count == 1 {
+		o.rec.releasing(hold, op.Call)
 	}
 	err := o.m.Unlock(cctx)
 	op.Return = o.rec.h.Now()
-	op.Final = o.count == 1 && err == nil
+	op.Final = count == 1 && err == nil
 	classify(op, err, ctx)
 	o.rec.h.Add(op)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.hold != hold {
+		return
+	}
 	o.count--
 	if o.count <= 0 || err != nil {
 		o.lh, o.hold, o.count = nil, nil, 0
 	}
 }
 
-func (o *owner) extend(ctx context.Context) {
+func (o *owner) extend(ctx context.Context, hold *soak.Hold, lh *lock.Hold) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	op := &soak.Op{Kind: soak.KindExtend, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: o.hold, Limit: time.Second}
+	op := &soak.Op{Kind: soak.KindExtend, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: hold, Limit: time.Second}
 	op.Call = o.rec.h.Now()
-	err := o.m.Extend(cctx, o.lh, o.hold.Lease)
+	err := o.m.Extend(cctx, lh, hold.Lease)
 	op.Return = o.rec.h.Now()
 	classify(op, err, ctx)
 	o.rec.h.Add(op)
