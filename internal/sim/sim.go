@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,6 +44,9 @@ type Config struct {
 	// SharedOwner makes each client's first owner on each lock two
 	// goroutines on one Mutex: one owner's calls at once.
 	SharedOwner bool
+	// CheckEvery runs the invariant check after every n-th script reply
+	// (0 or 1: after each): the check costs about what a lock script does.
+	CheckEvery int
 }
 
 // DefaultConfig is the simulation's usual mix.
@@ -95,7 +99,8 @@ type world struct {
 	rec *recorder
 	cfg Config
 
-	poke chan struct{} // asks the invariant checker to run (coalesced)
+	poke    chan struct{} // asks the invariant checker to run (coalesced)
+	replies atomic.Int64  // script replies so far
 }
 
 func simulate(t *testing.T, cfg Config, rec *recorder) Result {
@@ -202,6 +207,9 @@ func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lo
 // replied asks the invariant checker to run; a check already asked for
 // covers this reply too.
 func (w *world) replied() {
+	if n := int64(w.cfg.CheckEvery); n > 1 && w.replies.Add(1)%n != 0 {
+		return
+	}
 	select {
 	case w.poke <- struct{}{}:
 	default:

@@ -13,12 +13,13 @@ import (
 )
 
 var (
-	seconds  = flag.Int("sim.seconds", 0, "TestSimulate: simulate histories for this many seconds of wall time (0: one short history)")
-	seedArg  = flag.Uint64("sim.seed", 0, "TestSimulate: the first history's seed (0: a fresh one, printed); history i has seed+i")
-	parallel = flag.Int("sim.parallel", runtime.GOMAXPROCS(0), "TestSimulate: histories simulated at once (with -sim.seconds)")
-	outDir   = flag.String("sim.out", "", "TestSimulate: keep each history here as history-<seed>.json.gz (soak's format: go test ./internal/soak -run TestRecheck -soak.history FILE)")
-	shared   = flag.Bool("sim.shared", false, "TestSimulate: each client's first owner on each lock is two goroutines on one Mutex")
-	virtual  = flag.Duration("sim.virtual", 10*time.Minute, "TestSimulate: each history's length in virtual time")
+	seconds    = flag.Int("sim.seconds", 0, "TestSimulate: simulate histories for this many seconds of wall time (0: one short history)")
+	seedArg    = flag.Uint64("sim.seed", 0, "TestSimulate: the first history's seed (0: a fresh one, printed); history i has seed+i")
+	parallel   = flag.Int("sim.parallel", runtime.GOMAXPROCS(0), "TestSimulate: histories simulated at once (with -sim.seconds)")
+	outDir     = flag.String("sim.out", "", "TestSimulate: keep each history here as history-<seed>.json.gz (soak's format: go test ./internal/soak -run TestRecheck -soak.history FILE)")
+	shared     = flag.Bool("sim.shared", false, "TestSimulate: each client's first owner on each lock is two goroutines on one Mutex")
+	checkEvery = flag.Int("sim.check-every", 1, "TestSimulate: run the server's invariant check after every n-th script reply")
+	virtual    = flag.Duration("sim.virtual", 10*time.Minute, "TestSimulate: each history's length in virtual time")
 )
 
 // TestSimulate simulates histories, each of -sim.virtual virtual time,
@@ -57,6 +58,7 @@ func TestSimulate(t *testing.T) {
 					mu.Unlock()
 					cfg.Duration = length
 					cfg.SharedOwner = *shared
+					cfg.CheckEvery = *checkEvery
 					dir := *outDir
 					if dir == "" {
 						dir = t.TempDir()
