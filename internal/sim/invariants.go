@@ -14,11 +14,15 @@ import (
 // invariantScript checks each lock's keys in one atomic step on the
 // server, independent of what any client believes: the hash names one
 // owner at most; the queue has no owner twice; the queue and Redisson's
-// timeout zset hold the same owners; every fairlock liveness entry is a
-// queued owner. It returns one line per broken invariant and, last, each
+// timeout zset hold the same owners; every fairlock liveness entry whose
+// deadline has not passed (and is not the mark 0 of an owner that left)
+// is a queued owner - Redisson's purge drops an entry from the queue and
+// its own zset only and leaves the mark behind (prelude.lua, B9). It returns one line per broken invariant and, last, each
 // lock's token counter ("token <lock> <value>") for the monotonic check.
 const invariantScript = `
 local out = {}
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i = 1, #ARGV, 5 do
   local hash, queue, timeouts, alive, token = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
   if redis.call('exists', hash) == 1 and redis.call('type', hash)['ok'] == 'hash' then
@@ -39,8 +43,12 @@ for i = 1, #ARGV, 5 do
   for _, o in ipairs(redis.call('zrange', timeouts, 0, -1)) do
     if not inq[o] then table.insert(out, timeouts .. ': ' .. o .. ' has a timeout entry but is not queued') end
   end
-  for _, o in ipairs(redis.call('zrange', alive, 0, -1)) do
-    if not inq[o] then table.insert(out, alive .. ': ' .. o .. ' has a liveness entry but is not queued') end
+  local live = redis.call('zrange', alive, 0, -1, 'WITHSCORES')
+  for j = 1, #live, 2 do
+    local o, deadline = live[j], tonumber(live[j+1])
+    if not inq[o] and deadline ~= 0 and deadline > now then
+      table.insert(out, alive .. ': ' .. o .. ' has a live liveness entry (deadline ' .. live[j+1] .. ', now ' .. now .. ') but is not queued')
+    end
   end
   table.insert(out, 'token ' .. hash .. ' ' .. (redis.call('get', token) or '0'))
 end

@@ -14,6 +14,11 @@ import (
 // Faults are the chances (per message, 0..1) and sizes of what the
 // switch does to messages. Zero values deliver every message at once.
 type Faults struct {
+	// Base is every message's latency (virtual): causes come strictly
+	// before their effects on the history's clock, as on a real network
+	// (with none, a grant and the unlock that caused it can share one
+	// virtual instant, which the soak's checker reads as overlap).
+	Base      time.Duration
 	Delay     float64       // a message waits up to MaxDelay (virtual)
 	MaxDelay  time.Duration //
 	LongDelay float64       // a message waits up to MaxLong: a stall
@@ -165,7 +170,7 @@ func (n *Network) deliver(l *link, up bool, rnd *rand.Rand, i int, frame []byte,
 	}
 	d = n.decide(rnd, d)
 	n.record(d)
-	if n.hooks.Fault != nil && (d.What == "fail" || d.What == "lose" || d.Delay > n.faults.MaxDelay) {
+	if n.hooks.Fault != nil && (d.What == "fail" || d.What == "lose" || d.Delay > n.faults.Base+n.faults.MaxDelay) {
 		n.hooks.Fault(l.who, d)
 	}
 	if d.Delay > 0 {
@@ -331,6 +336,7 @@ func (n *Network) decide(rnd *rand.Rand, d Decision) Decision {
 	if d.What == "deliver" && d.Delay > 0 {
 		d.What = "delay"
 	}
+	d.Delay += f.Base
 	return d
 }
 

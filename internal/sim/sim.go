@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/internal/soak"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/rueidisbackend"
@@ -47,14 +48,17 @@ type Config struct {
 	// CheckEvery runs the invariant check after every n-th script reply
 	// (0 or 1: after each): the check costs about what a lock script does.
 	CheckEvery int
+	// Java is how many Redisson-model clients queue on the shared locks
+	// (one thread per lock each).
+	Java int
 }
 
 // DefaultConfig is the simulation's usual mix.
 func DefaultConfig(seed uint64) Config {
 	return Config{Seed: seed, Duration: 10 * time.Minute, Clients: 3, Owners: 2, Locks: 3, Lease: 15 * time.Second,
-		Faults: Faults{Delay: 0.3, MaxDelay: time.Millisecond, LongDelay: 0.002, MaxLong: 2 * time.Second,
+		Faults: Faults{Base: 25 * time.Microsecond, Delay: 0.3, MaxDelay: time.Millisecond, LongDelay: 0.002, MaxLong: 2 * time.Second,
 			Fail: 0.002, LoseReply: 0.002},
-		Nemesis: true}
+		Nemesis: true, Java: 1}
 }
 
 // Result is one history, its report and the simulation's own counts.
@@ -174,6 +178,9 @@ func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.Wait
 			}
 		}
 	}
+	for i := 0; i < w.cfg.Java; i++ {
+		closers = append(closers, w.startJava(t, ctx, actors, i, names))
+	}
 	if w.cfg.Nemesis {
 		actors.Go(func() { w.nemesis(ctx) })
 	}
@@ -183,6 +190,17 @@ func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.Wait
 // client opens one rueidis client whose every connection goes through
 // the switch, and a lock client on it.
 func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lock.Client) {
+	b := w.dial(t, label)
+	lc, err := lock.NewClient(b, lock.WithLease(w.cfg.Lease), lock.WithObserver(observer{w.rec.h}))
+	if err != nil {
+		t.Fatalf("sim: client %s: %v", label, err)
+	}
+	return b, lc
+}
+
+// dial opens one rueidis client whose every connection goes through the
+// switch, labelled label.
+func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
 	opt := rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
 		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }}
 	// The switch may fail the first connection's handshake, as a network
@@ -191,17 +209,32 @@ func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lo
 	var err error
 	for try := 0; try < 20; try++ {
 		if b, err = rueidisbackend.Dial(opt); err == nil {
-			break
+			return b
 		}
 	}
+	t.Fatalf("sim: dial %s: %v", label, err)
+	return nil
+}
+
+// startJava opens one Redisson-model client (over rueidis, through the
+// switch) with one thread on each lock, and returns what closes it.
+func (w *world) startJava(t *testing.T, ctx context.Context, actors *sync.WaitGroup, i int, names []string) func() {
+	label := fmt.Sprintf("java#%d", i)
+	b := w.dial(t, label)
+	jc, err := redisson.New(b, false)
 	if err != nil {
-		t.Fatalf("sim: dial %s: %v", label, err)
+		t.Fatalf("sim: %s: %v", label, err)
 	}
-	lc, err := lock.NewClient(b, lock.WithLease(w.cfg.Lease), lock.WithObserver(observer{w.rec.h}))
-	if err != nil {
-		t.Fatalf("sim: client %s: %v", label, err)
+	for k, name := range names {
+		j := &javaOwner{l: jc.Lock(name, int64(k+1)), name: name, rec: w.rec,
+			rnd: rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(fmt.Sprintf("%s/%s", label, name))))}
+		actors.Go(func() {
+			for ctx.Err() == nil {
+				j.step(ctx)
+			}
+		})
 	}
-	return b, lc
+	return func() { b.Close() }
 }
 
 // replied asks the invariant checker to run; a check already asked for
