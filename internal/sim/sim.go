@@ -1,0 +1,310 @@
+// Package sim runs the lock in a deterministic simulation: the real lock
+// package and the real rueidis adapter, against an in-process server
+// (miniredis, which runs the same Lua scripts) behind a switch that
+// decides, per message and by a seed, to deliver, delay or fail, all in
+// a testing/synctest bubble whose clock is virtual - hours of leases in
+// seconds. The soak's checker (internal/soak) judges each history, and an
+// invariant script checks the server's state after the scripts run.
+package sim
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/redisson"
+	"github.com/fairlock/fairlock/internal/soak"
+	"github.com/fairlock/fairlock/lock"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// Config is one simulated history.
+type Config struct {
+	Seed     uint64
+	Duration time.Duration // virtual
+	Clients  int           // Go clients (each a rueidis client of its own)
+	Owners   int           // owners per client on each shared lock
+	Locks    int           // shared locks
+	Lease    time.Duration // the clients' lease (the watchdog's)
+	Faults   Faults
+	// Nemesis turns on server-wide faults: pauses and every connection
+	// failing at once.
+	Nemesis bool
+	// Record keeps every script exchange (Result.Exchanges): the
+	// differential test replays them on redis-server.
+	Record bool
+	// SharedOwner makes each client's first owner on each lock two
+	// goroutines on one Mutex: one owner's calls at once.
+	SharedOwner bool
+	// CheckEvery runs the invariant check after every n-th script reply
+	// (0 or 1: after each): the check costs about what a lock script does.
+	CheckEvery int
+	// Java is how many Redisson-model clients queue on the shared locks
+	// (one thread per lock each).
+	Java int
+}
+
+// DefaultConfig is the simulation's usual mix.
+func DefaultConfig(seed uint64) Config {
+	return Config{Seed: seed, Duration: 10 * time.Minute, Clients: 3, Owners: 2, Locks: 3, Lease: 15 * time.Second,
+		Faults: Faults{Base: 25 * time.Microsecond, Delay: 0.3, MaxDelay: time.Millisecond, LongDelay: 0.002, MaxLong: 2 * time.Second,
+			Fail: 0.002, LoseReply: 0.002},
+		Nemesis: true, Java: 1}
+}
+
+// Result is one history, its report and the simulation's own counts.
+type Result struct {
+	History    *soak.History
+	Report     soak.Report
+	Ops        int
+	Faults     int
+	Counts     map[string]int // the switch's decisions by kind
+	Trace      []Decision
+	Checks     int      // invariant checks run
+	Broken     []string // invariants found broken
+	Exchanges  []Exchange
+	VirtualEnd time.Duration
+}
+
+// Run simulates one history and checks it. dir takes the history file.
+func Run(t *testing.T, cfg Config, dir string) Result {
+	var res Result
+	var rec *recorder
+	synctest.Test(t, func(t *testing.T) {
+		rec = newRecorder(cfg.Seed)
+		res = simulate(t, cfg, rec)
+	})
+	b := soak.DefaultBounds(cfg.Lease)
+	h, err := rec.complete(dir, b)
+	if err != nil {
+		t.Fatalf("sim: history: %v", err)
+	}
+	res.History = h
+	res.Report = soak.Check(h, b)
+	res.Ops = len(h.Ops())
+	res.Faults = len(h.Faults())
+	return res
+}
+
+// world is one simulation's server, switch and invariant checker.
+type world struct {
+	srv *miniredis.Miniredis
+	nw  *Network
+	inv *Invariants
+	rec *recorder
+	cfg Config
+
+	poke    chan struct{} // asks the invariant checker to run (coalesced)
+	replies atomic.Int64  // script replies so far
+}
+
+func simulate(t *testing.T, cfg Config, rec *recorder) Result {
+	w := &world{srv: miniredis.NewMiniRedis(), rec: rec, cfg: cfg, poke: make(chan struct{}, 1)}
+	w.srv.ClockTTL(true) // TTLs run on time.Now(): the bubble's virtual clock
+	names := make([]string, cfg.Locks)
+	for i := range names {
+		names[i] = fmt.Sprintf("sim:s%d", i)
+	}
+	var err error
+	if w.inv, err = NewInvariants(w.srv, names); err != nil {
+		t.Fatal(err)
+	}
+	w.nw = NewNetwork(cfg.Seed, w.srv, cfg.Faults, Hooks{Replied: w.replied, Fault: w.fault})
+	if cfg.Record {
+		w.nw.Record()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var checker, actors sync.WaitGroup
+	checker.Go(func() { w.checkLoop(ctx) })
+	closers := w.startActors(t, ctx, &actors, names)
+	time.Sleep(cfg.Duration)
+	stop()
+	actors.Wait()
+	for _, c := range closers {
+		c()
+	}
+	checker.Wait()
+	if err := w.inv.Check(); err != nil {
+		t.Errorf("sim: last invariant check: %v", err)
+	}
+	end := rec.h.Now()
+	w.inv.Close()
+	w.srv.Close()
+	checks, broken := w.inv.Result()
+	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
+		Exchanges: w.nw.Exchanges()}
+}
+
+// startActors opens the clients and starts their owners, the admin and
+// the nemesis on actors; it returns what closes the clients.
+func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.WaitGroup, names []string) []func() {
+	var closers []func()
+	for c := 0; c <= w.cfg.Clients; c++ {
+		label := fmt.Sprintf("rueidis#%d", c)
+		b, lc := w.client(t, label)
+		closers = append(closers, func() { lc.Close(); b.Close() })
+		if c == w.cfg.Clients {
+			actors.Go(func() { w.admin(ctx, lc, label, names) })
+			break
+		}
+		for _, name := range names {
+			for k := 0; k < w.cfg.Owners; k++ {
+				m, err := lc.NewMutex(name, lock.WithOwnerID(int64(k+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := &owner{m: m, client: label, rec: w.rec}
+				n := 1
+				if w.cfg.SharedOwner && k == 0 {
+					n = 2 // two goroutines on one Mutex
+				}
+				for g := 0; g < n; g++ {
+					a := actor{o, rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(fmt.Sprintf("%s/%s/%d/%d", label, name, k, g))))}
+					actors.Go(func() {
+						for ctx.Err() == nil {
+							a.step(ctx)
+						}
+					})
+				}
+			}
+		}
+	}
+	for i := 0; i < w.cfg.Java; i++ {
+		closers = append(closers, w.startJava(t, ctx, actors, i, names))
+	}
+	if w.cfg.Nemesis {
+		actors.Go(func() { w.nemesis(ctx) })
+	}
+	return closers
+}
+
+// client opens one rueidis client whose every connection goes through
+// the switch, and a lock client on it.
+func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lock.Client) {
+	b := w.dial(t, label)
+	lc, err := lock.NewClient(b, lock.WithLease(w.cfg.Lease), lock.WithObserver(observer{w.rec.h}))
+	if err != nil {
+		t.Fatalf("sim: client %s: %v", label, err)
+	}
+	return b, lc
+}
+
+// dial opens one rueidis client whose every connection goes through the
+// switch, labelled label.
+func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
+	opt := rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
+		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }}
+	// The switch may fail the first connection's handshake, as a network
+	// can: dial again, a bounded number of times, as an application would.
+	var b *rueidisbackend.Backend
+	var err error
+	for try := 0; try < 20; try++ {
+		if b, err = rueidisbackend.Dial(opt); err == nil {
+			return b
+		}
+	}
+	t.Fatalf("sim: dial %s: %v", label, err)
+	return nil
+}
+
+// startJava opens one Redisson-model client (over rueidis, through the
+// switch) with one thread on each lock, and returns what closes it.
+func (w *world) startJava(t *testing.T, ctx context.Context, actors *sync.WaitGroup, i int, names []string) func() {
+	label := fmt.Sprintf("java#%d", i)
+	b := w.dial(t, label)
+	jc, err := redisson.New(b, false)
+	if err != nil {
+		t.Fatalf("sim: %s: %v", label, err)
+	}
+	for k, name := range names {
+		j := &javaOwner{l: jc.Lock(name, int64(k+1)), name: name, rec: w.rec,
+			rnd: rand.New(rand.NewPCG(w.cfg.Seed, hashLabel(fmt.Sprintf("%s/%s", label, name))))}
+		actors.Go(func() {
+			for ctx.Err() == nil {
+				j.step(ctx)
+			}
+		})
+	}
+	return func() { b.Close() }
+}
+
+// replied asks the invariant checker to run; a check already asked for
+// covers this reply too.
+func (w *world) replied() {
+	if n := int64(w.cfg.CheckEvery); n > 1 && w.replies.Add(1)%n != 0 {
+		return
+	}
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (w *world) checkLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.poke:
+			if err := w.inv.Check(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// fault records one message's fault in the history, so the checker
+// excuses what it explains (as the soak's proxies' faults are).
+func (w *world) fault(who string, d Decision) {
+	now := w.rec.h.Now()
+	f := soak.Fault{Kind: soak.FaultReset, Target: who, Start: now, End: now}
+	if d.What != "fail" && d.What != "lose" {
+		f.Kind, f.End = soak.FaultLatency, now+d.Delay
+	}
+	w.rec.h.AddFault(f)
+}
+
+// admin force-unlocks a random shared lock now and then.
+func (w *world) admin(ctx context.Context, lc *lock.Client, label string, names []string) {
+	rnd := rand.New(rand.NewPCG(w.cfg.Seed, hashLabel("admin")))
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(5+rnd.IntN(55))*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		m, err := lc.NewMutex(names[rnd.IntN(len(names))])
+		if err != nil {
+			return
+		}
+		forceUnlock(ctx, w.rec, m, label)
+	}
+}
+
+// nemesis pauses the server or fails every connection now and then.
+func (w *world) nemesis(ctx context.Context) {
+	rnd := rand.New(rand.NewPCG(w.cfg.Seed, hashLabel("nemesis")))
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(10+rnd.IntN(50))*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		now := w.rec.h.Now()
+		if rnd.IntN(2) == 0 {
+			d := time.Duration(100+rnd.IntN(5000)) * time.Millisecond
+			w.nw.Pause(d)
+			w.rec.h.AddFault(soak.Fault{Kind: soak.FaultPause, Target: "server", Start: now, End: now + d})
+			continue
+		}
+		w.nw.FailAll()
+		w.rec.h.AddFault(soak.Fault{Kind: soak.FaultReset, Target: "server", Start: now, End: now})
+	}
+}
