@@ -40,7 +40,9 @@ import (
 //     acquired after queuing: only the head of the queue may be granted a
 //     free lock;
 //   - leave, the queue cleanup the call runs when it gives up (X5),
-//     recorded by a wrapper around the backend as the script call it is.
+//     recorded by a wrapper around the backend as the script call it is,
+//     as part of its call also when it runs after the caller returned,
+//     during the owner's next call (linCall).
 //
 // Unlock (released with the count left, or not held) and Inspect (holder,
 // count, queue, token) are one operation each.
@@ -425,17 +427,39 @@ type linHistory struct {
 	start time.Time
 	mu    sync.Mutex
 	ops   []porcupine.Operation
+	// clients is the next porcupine client ID to hand out: the actors'
+	// own come first.
+	clients int
 }
 
 func (h *linHistory) now() int64 { return int64(time.Since(h.start)) }
 
 // add records an operation; ret is when the call returned, also for an
-// unknown output (see finish).
-func (h *linHistory) add(client int, in linInput, call, ret int64, out linOutput) {
+// unknown output (see finish). It returns the operation's index.
+func (h *linHistory) add(client int, in linInput, call, ret int64, out linOutput) int {
 	ret = max(ret, call)
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
-	h.mu.Unlock()
+	return len(h.ops) - 1
+}
+
+// extend moves the return of operation i to ret, when that is later: an
+// attempt of unknown effect that was in flight when its caller returned
+// lands by its reply.
+func (h *linHistory) extend(i int, ret int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops[i].Return = max(h.ops[i].Return, ret)
+}
+
+// freshClient returns a porcupine client ID no operation has had: one
+// for an operation that overlaps its actor's later calls.
+func (h *linHistory) freshClient() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clients++
+	return h.clients - 1
 }
 
 func (out linOutput) unknown() bool { return out.result == linUnknown || out.result == linMaybe }
@@ -469,78 +493,139 @@ func (h *linHistory) finish(late bool) []porcupine.Operation {
 	return ops
 }
 
-// linActor is one owner on one lock, run by one goroutine. The per-call
-// fields are set by the observer and the backend wrapper, which run on
-// that goroutine during its calls.
+// linActor is one owner on one lock, run by one goroutine.
 type linActor struct {
 	h      *linHistory
 	m      *lock.Mutex
 	lock   int
 	owner  int
-	client int // porcupine client ID
+	client int // porcupine client ID of the actor's own calls
 	field  string
 	owners map[string]int // owner field -> index, for Inspect
 	rng    *rand.Rand
 	count  int // holds this owner believes it has
-
-	// per call
-	queuedAt  int64 // when the observer heard "queued"; -1 if not
-	pos       int
-	failed    bool // an acquire script call failed (its leave follows)
-	acquiring bool // an acquire call is running
-	acquire   observe.AcquireResult
-	releaseRe observe.ReleaseResult
 }
 
-// linObserver routes lock events to the actor making the call.
-type linObserver struct {
-	actors map[string]*linActor // lock name + "\x00" + owner field
+// linCall is the record of one acquire call, which the observer and the
+// backend wrapper find in the context the call's script calls run under.
+// A call's caller can return before the call is over (X5: after 250 ms a
+// cleanup, and an attempt in flight, finish in the background), so the
+// call's last script calls can run while the actor's next call does:
+// each call has its own record, under a mutex. What it learns after the
+// caller returned - a leave, an unlock giving a grant back, an attempt's
+// late reply - is recorded under a fresh porcupine client ID, which no
+// other operation shares. (Rather than have the actor wait for that work
+// before its next call: the lock says nowhere when it ends, and the
+// overlap X5 allows is part of what the history should check.)
+type linCall struct {
+	a    *linActor
+	once bool
+
+	mu       sync.Mutex
+	returned bool  // the caller has returned and recorded the call
+	queuedAt int64 // when the observer heard "queued"; -1 if not
+	pos      int
+	acquire  observe.AcquireResult
+	// failed: an acquire script call of the call failed, or was in flight
+	// when the caller returned; its leave, if any, follows that attempt.
+	// Once the caller has returned: the call recorded an operation with
+	// failed set, which a leave marked after needs in a strict history.
+	failed   bool
+	inFlight int // acquire script calls awaiting their reply
+	// unknownOp is the index in the history of the call's operation of
+	// unknown effect whose attempt was in flight when the caller
+	// returned, or -1: the attempt's reply ends it (linHistory.extend).
+	unknownOp int
 }
 
-func linKey(name, field string) string { return name + "\x00" + field }
+// linCallKey is the context key of the *linCall of an acquire call, and
+// linUnlockKey that of the *linRelease of an actor's Unlock call.
+type (
+	linCallKey   struct{}
+	linUnlockKey struct{}
+)
 
-func (ob *linObserver) actor(c observe.Call) *linActor {
-	return ob.actors[linKey(c.Name, c.Owner)]
+// linRelease is the record of one actor's Unlock call.
+type linRelease struct {
+	mu     sync.Mutex
+	result observe.ReleaseResult
 }
 
-func (ob *linObserver) StartAcquire(ctx context.Context, c observe.Call) (context.Context, observe.AcquireTracker) {
-	return ctx, linAcquireTracker{ob.actor(c)}
+func linCallOf(ctx context.Context) *linCall {
+	c, _ := ctx.Value(linCallKey{}).(*linCall)
+	return c
 }
 
-func (ob *linObserver) StartRelease(ctx context.Context, c observe.Call) (context.Context, observe.ReleaseTracker) {
-	return ctx, linReleaseTracker{ob.actor(c)}
+// clientAt returns the porcupine client ID for an operation of the call
+// recorded now: the actor's own while the caller waits, a fresh one once
+// it returned, since the actor may have started its next call. c.mu held.
+func (c *linCall) clientAt() int {
+	if c.returned {
+		return c.a.h.freshClient()
+	}
+	return c.a.client
 }
 
-func (*linObserver) HoldLost(observe.Call, int64, time.Duration, error) {}
+// linObserver routes lock events to the record of the call.
+type linObserver struct{}
 
-func (*linObserver) Renewed(observe.Call, error) {}
+func (linObserver) StartAcquire(ctx context.Context, _ observe.Call) (context.Context, observe.AcquireTracker) {
+	return ctx, linAcquireTracker{linCallOf(ctx)}
+}
 
-type linAcquireTracker struct{ a *linActor }
+func (linObserver) StartRelease(ctx context.Context, _ observe.Call) (context.Context, observe.ReleaseTracker) {
+	r, _ := ctx.Value(linUnlockKey{}).(*linRelease)
+	return ctx, linReleaseTracker{r}
+}
+
+func (linObserver) HoldLost(observe.Call, int64, time.Duration, error) {}
+
+func (linObserver) Renewed(observe.Call, error) {}
+
+// linAcquireTracker notes what the call's observer hears until the caller
+// has returned.
+type linAcquireTracker struct{ c *linCall }
 
 func (t linAcquireTracker) Queued(position int) {
-	if t.a != nil && t.a.queuedAt < 0 {
-		t.a.queuedAt, t.a.pos = t.a.h.now(), position
+	if t.c == nil {
+		return
+	}
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if !t.c.returned && t.c.queuedAt < 0 {
+		t.c.queuedAt, t.c.pos = t.c.a.h.now(), position
 	}
 }
 
 func (linAcquireTracker) Woken(bool) {}
 
 func (t linAcquireTracker) End(r observe.AcquireResult) {
-	if t.a != nil {
-		t.a.acquire = r
+	if t.c == nil {
+		return
+	}
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if !t.c.returned {
+		t.c.acquire = r
 	}
 }
 
-type linReleaseTracker struct{ a *linActor }
+// linReleaseTracker notes an actor's Unlock result; a release the lock
+// makes on its own (a late grant given back) has no record.
+type linReleaseTracker struct{ r *linRelease }
 
 func (t linReleaseTracker) End(r observe.ReleaseResult) {
-	if t.a != nil {
-		t.a.releaseRe = r
+	if t.r == nil {
+		return
 	}
+	t.r.mu.Lock()
+	t.r.result = r
+	t.r.mu.Unlock()
 }
 
-// linBackend wraps the backend under test: it notes failed acquire
-// script calls and records the leave script as a leave operation.
+// linBackend wraps the backend under test: it notes the acquire script
+// calls of each acquire call and records the leave script as a leave
+// operation, and the unlock script when the lock runs it on its own.
 type linBackend struct {
 	capable
 	actors map[string]*linActor // hash key + "\x00" + owner field
@@ -554,39 +639,101 @@ func (b *linBackend) Eval(ctx context.Context, s *backend.Script, keys, args []s
 	if a == nil {
 		return b.capable.Eval(ctx, s, keys, args)
 	}
+	c := linCallOf(ctx)
+	var late bool
+	if s.Name == "acquire" && c != nil {
+		late = c.sending()
+	}
 	call := a.h.now()
 	rep, err := b.capable.Eval(ctx, s, keys, args)
 	ret := a.h.now()
 	switch s.Name {
 	case "acquire":
-		if err != nil {
-			a.failed = true
+		if c != nil {
+			c.replied(late, call, ret, err)
 		}
 	case "leave":
-		in := linInput{kind: linLeave, lock: a.lock, owner: a.owner, after: a.failed}
-		if err != nil {
-			a.h.add(a.client, in, call, ret, linOutput{result: linUnknown})
-		} else {
-			queued := rep.Kind == backend.Array && len(rep.Elems) > 0 && rep.Elems[0].Int == 1
-			a.h.add(a.client, in, call, ret, linOutput{result: linLeft, wasQueued: queued})
-		}
+		a.recordLeave(c, call, ret, rep, err)
 	case "unlock":
-		// Inside an acquire call, an unlock undoes a grant whose reply was
-		// lost; Unlock calls are recorded by unlockOp.
-		if !a.acquiring {
-			break
-		}
-		in := linInput{kind: linUnlock, lock: a.lock, owner: a.owner}
-		switch {
-		case err != nil:
-			a.h.add(a.client, in, call, ret, linOutput{result: linUnknown})
-		case rep.Int < 0:
-			a.h.add(a.client, in, call, ret, linOutput{result: linNotHeld})
-		default:
-			a.h.add(a.client, in, call, ret, linOutput{result: linReleased, count: int(rep.Int)})
+		// An actor's Unlock call is recorded by unlockOp; any other
+		// unlock of the owner is the lock's own: inside an acquire call,
+		// it undoes a grant whose reply was lost, and after it a grant
+		// that came after the caller returned is given back.
+		if _, ok := ctx.Value(linUnlockKey{}).(*linRelease); !ok {
+			a.recordUnlock(c, call, ret, rep, err)
 		}
 	}
 	return rep, err
+}
+
+func linKey(name, field string) string { return name + "\x00" + field }
+
+// sending notes an acquire script call of c about to be sent, and reports
+// whether the caller has returned already.
+func (c *linCall) sending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight++
+	return c.returned
+}
+
+// replied notes the reply to an acquire script call of c sent at call. An
+// attempt sent after the caller returned is recorded here, as an attempt
+// of unknown effect; one the caller left in flight ends its operation of
+// unknown effect now, when its effect has landed (or failed to).
+func (c *linCall) replied(late bool, call, ret int64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight--
+	switch {
+	case late:
+		c.failed = true
+		in := linInput{kind: linJoin, lock: c.a.lock, owner: c.a.owner, once: c.once, failed: true}
+		c.a.h.add(c.a.h.freshClient(), in, call, ret, linOutput{result: linUnknown})
+	case c.returned && c.unknownOp >= 0:
+		c.a.h.extend(c.unknownOp, ret)
+	case err != nil:
+		c.failed = true
+	}
+}
+
+// recordLeave records a leave script call of the owner, as part of the
+// acquire call c whose cleanup it is (nil: none, such as Close's).
+func (a *linActor) recordLeave(c *linCall, call, ret int64, rep backend.Reply, err error) {
+	in := linInput{kind: linLeave, lock: a.lock, owner: a.owner}
+	client := a.h.freshClient()
+	if c != nil {
+		c.mu.Lock()
+		in.after, client = c.failed, c.clientAt()
+		c.mu.Unlock()
+	}
+	if err != nil {
+		a.h.add(client, in, call, ret, linOutput{result: linUnknown})
+		return
+	}
+	queued := rep.Kind == backend.Array && len(rep.Elems) > 0 && rep.Elems[0].Int == 1
+	a.h.add(client, in, call, ret, linOutput{result: linLeft, wasQueued: queued})
+}
+
+// recordUnlock records an unlock script call the lock made on its own for
+// the owner, as part of the acquire call c (nil: a late grant given back
+// after the call, or Close's).
+func (a *linActor) recordUnlock(c *linCall, call, ret int64, rep backend.Reply, err error) {
+	in := linInput{kind: linUnlock, lock: a.lock, owner: a.owner}
+	client := a.h.freshClient()
+	if c != nil {
+		c.mu.Lock()
+		client = c.clientAt()
+		c.mu.Unlock()
+	}
+	switch {
+	case err != nil:
+		a.h.add(client, in, call, ret, linOutput{result: linUnknown})
+	case rep.Int < 0:
+		a.h.add(client, in, call, ret, linOutput{result: linNotHeld})
+	default:
+		a.h.add(client, in, call, ret, linOutput{result: linReleased, count: int(rep.Int)})
+	}
 }
 
 // WatchKey forwards to the backend under test when it can watch keys, so
@@ -615,75 +762,100 @@ const (
 // acquireOp makes one acquire call and records it as join, grant and (via
 // the backend) leave operations.
 func (a *linActor) acquireOp(kind linAcquireKind, d time.Duration) {
-	a.queuedAt, a.pos, a.failed, a.acquire = -1, 0, false, observe.AcquireResult{}
+	c := &linCall{a: a, once: kind == linTryLockOnce, queuedAt: -1, unknownOp: -1}
+	ctx := context.WithValue(context.Background(), linCallKey{}, c)
 	var (
 		h   *lock.Hold
 		err error
 	)
 	call := a.h.now()
-	a.acquiring = true
 	switch kind {
 	case linLock:
-		ctx, cancel := context.WithTimeout(context.Background(), d)
+		ctx, cancel := context.WithTimeout(ctx, d)
 		h, err = a.m.Lock(ctx)
 		cancel()
 	case linTryLock:
-		ctx, cancel := context.WithTimeout(context.Background(), eventually)
+		ctx, cancel := context.WithTimeout(ctx, eventually)
 		h, err = a.m.TryLock(ctx, d)
 		cancel()
 	case linTryLockOnce:
-		ctx, cancel := context.WithTimeout(context.Background(), eventually)
+		ctx, cancel := context.WithTimeout(ctx, eventually)
 		h, err = a.m.TryLock(ctx, 0)
 		cancel()
 	}
-	a.acquiring = false
 	ret := a.h.now()
-	join := linInput{kind: linJoin, lock: a.lock, owner: a.owner, once: kind == linTryLockOnce}
-	acquired := func() linOutput {
-		return linOutput{result: linAcquired, count: a.acquire.HoldCount, token: h.Token()}
-	}
-	unknown := false
-	switch {
-	case a.queuedAt >= 0:
-		a.h.add(a.client, join, call, a.queuedAt, linOutput{result: linQueued, pos: a.pos})
-		grant := linInput{kind: linGrant, lock: a.lock, owner: a.owner}
-		switch {
-		case err == nil:
-			a.h.add(a.client, grant, a.queuedAt, ret, acquired())
-		case a.failed:
-			grant.failed = true
-			a.h.add(a.client, grant, a.queuedAt, ret, linOutput{result: linMaybe})
-			unknown = true
-		}
-	case err == nil:
-		a.h.add(a.client, join, call, ret, acquired())
-	case kind == linTryLockOnce && errors.Is(err, lock.ErrNotAcquired) && !a.failed:
-		a.h.add(a.client, join, call, ret, linOutput{result: linRefused})
-	default:
-		join.failed = a.failed
-		a.h.add(a.client, join, call, ret, linOutput{result: linUnknown})
-		unknown = true
-	}
+	count, unknown := c.record(call, ret, h, err)
 	switch {
 	case err == nil:
-		a.count = a.acquire.HoldCount
+		a.count = count
 	case unknown:
 		a.resync()
 	}
 }
 
+// record records call c, which returned h and err at ret, as join and
+// grant operations, and returns the hold count it acquired and whether
+// its outcome is unknown. From now on c's script calls are background
+// work (X5), recorded by the backend wrapper as operations of their own.
+// An attempt in flight now has an unknown effect, which lands before the
+// call's leave (X5) as one that failed does: c.failed marks the leave as
+// following it, and the attempt's reply ends the operation.
+func (c *linCall) record(call, ret int64, h *lock.Hold, err error) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.returned = true
+	a := c.a
+	failed := c.failed || c.inFlight > 0
+	c.failed = false
+	join := linInput{kind: linJoin, lock: a.lock, owner: a.owner, once: c.once}
+	acquired := func() linOutput {
+		return linOutput{result: linAcquired, count: c.acquire.HoldCount, token: h.Token()}
+	}
+	maybe := func(in linInput, call int64, out linOutput) {
+		in.failed, c.failed = failed, failed
+		if c.inFlight > 0 {
+			c.unknownOp = a.h.add(a.client, in, call, ret, out)
+			return
+		}
+		a.h.add(a.client, in, call, ret, out)
+	}
+	switch {
+	case c.queuedAt >= 0:
+		a.h.add(a.client, join, call, c.queuedAt, linOutput{result: linQueued, pos: c.pos})
+		grant := linInput{kind: linGrant, lock: a.lock, owner: a.owner}
+		switch {
+		case err == nil:
+			a.h.add(a.client, grant, c.queuedAt, ret, acquired())
+		case failed:
+			maybe(grant, c.queuedAt, linOutput{result: linMaybe})
+			return 0, true
+		}
+	case err == nil:
+		a.h.add(a.client, join, call, ret, acquired())
+	case c.once && errors.Is(err, lock.ErrNotAcquired) && !failed:
+		a.h.add(a.client, join, call, ret, linOutput{result: linRefused})
+	default:
+		maybe(join, call, linOutput{result: linUnknown})
+		return 0, true
+	}
+	return c.acquire.HoldCount, false
+}
+
 func (a *linActor) unlockOp() {
-	a.releaseRe = observe.ReleaseResult{}
+	r := &linRelease{}
 	in := linInput{kind: linUnlock, lock: a.lock, owner: a.owner}
 	call := a.h.now()
-	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), linUnlockKey{}, r), eventually)
 	err := a.m.Unlock(ctx)
 	cancel()
 	ret := a.h.now()
+	r.mu.Lock()
+	left := r.result.HoldCount
+	r.mu.Unlock()
 	switch {
 	case err == nil:
-		a.h.add(a.client, in, call, ret, linOutput{result: linReleased, count: a.releaseRe.HoldCount})
-		a.count = a.releaseRe.HoldCount
+		a.h.add(a.client, in, call, ret, linOutput{result: linReleased, count: left})
+		a.count = left
 	case errors.Is(err, lock.ErrNotHeld):
 		a.h.add(a.client, in, call, ret, linOutput{result: linNotHeld})
 		a.count = 0
@@ -785,8 +957,8 @@ const (
 // newBackend and returns its history.
 func recordLinHistory(t *testing.T, newBackend func(testing.TB) capable, seed uint64) *linHistory {
 	t.Helper()
-	h := &linHistory{start: time.Now()}
-	ob := &linObserver{actors: map[string]*linActor{}}
+	h := &linHistory{start: time.Now(), clients: linLocks * (linOwners + 1)}
+	var ob linObserver
 	var wrappers []*linBackend
 	var clients [2]*lock.Client
 	for i := range clients {
@@ -821,7 +993,6 @@ func recordLinHistory(t *testing.T, newBackend func(testing.TB) capable, seed ui
 			}
 			owners[a.field] = o
 			actors = append(actors, a)
-			ob.actors[linKey(name, a.field)] = a
 			wrappers[o%2].actors[linKey(m.Keys()[0], a.field)] = a
 		}
 	}
@@ -848,6 +1019,11 @@ func recordLinHistory(t *testing.T, newBackend func(testing.TB) capable, seed ui
 	wg.Wait()
 	close(stop)
 	rwg.Wait()
+	// Close waits for the calls' background work (X5), so the history
+	// has the last leaves and the replies that end its operations.
+	for _, c := range clients {
+		c.Close()
+	}
 	return h
 }
 
