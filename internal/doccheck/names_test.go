@@ -64,6 +64,8 @@ var foreignNames = map[string]string{
 	"ForceSingleClient": "rueidis' ClientOption",
 	"MaxFlushDelay":     "rueidis' ClientOption",
 	"MaxRetries":        "go-redis' options",
+	"DialerRetries":     "go-redis' options",
+	"PoolSize":          "go-redis' options",
 	"Username":          "go-redis' options",
 	"Password":          "go-redis' options",
 	"ServerName":        "crypto/tls' Config",
