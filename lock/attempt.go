@@ -88,6 +88,9 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 	}
 	w.call.Retry = w.o.mayHaveRun()
 	err = w.retry.do(ctx, func() (err error) {
+		if err := w.leaveLeftover(ctx); err != nil {
+			return err
+		}
 		// Twice at most: a request naming a hold the server no longer has
 		// is refused (r.Gone), the hold ends, and the next names none.
 		for range 2 {
@@ -109,6 +112,33 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 		return fmt.Errorf("%w: acquire refused twice for a hold it no longer names", ErrUnexpectedReply)
 	})
 	return r, sent, err
+}
+
+// leaveLeftover, before the call's first attempt, takes the owner out of
+// a queue entry no waiting call of the owner holds: an earlier call's,
+// whose leave gave up (the entry stays live until its liveness deadline,
+// X5) or has not run yet. The attempt would heartbeat that entry and keep
+// its place; the call queues at the tail instead, behind the waiters that
+// queued after the earlier call (B3), and a grant left to that entry goes
+// back. An entry of a call still waiting is shared (B3), and so is one
+// this call found shared at its first attempt.
+func (w *waiter) leaveLeftover(ctx context.Context) error {
+	if w.joined {
+		return nil
+	}
+	if w.o.leftover(!w.call.Once) {
+		w.inFlight.Store(true)
+		err := w.giveBack(ctx, w.o.view())
+		w.noteFailure(err)
+		if err != nil {
+			return err
+		}
+		// No attempt of this call has been sent: what the leave settled
+		// is all the next one may have run before.
+		w.call.Retry = w.o.mayHaveRun()
+	}
+	w.joined = true
+	return nil
 }
 
 // evalAcquire sends one attempt, sent at sent, bounded by attemptTimeout
