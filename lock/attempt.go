@@ -91,9 +91,11 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 		if err := w.leaveLeftover(ctx); err != nil {
 			return err
 		}
-		// Twice at most: a request naming a hold the server no longer has
-		// is refused (r.Gone), the hold ends, and the next names none.
-		for range 2 {
+		// Three times at most: a request naming a hold the server no
+		// longer has is refused (r.Gone), the hold ends, and the next
+		// names none; a grant of a hold the owner has ended is given
+		// back (giveBackSpent), and the next finds it gone.
+		for range 3 {
 			w.call.View, w.call.HoldLease = w.o.attemptView()
 			w.sentSeq = w.m.c.wakes.seq()
 			sent = time.Now()
@@ -101,15 +103,24 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 			r, err = w.evalAcquire(ctx, sent)
 			w.noteFailure(err)
 			w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
-			if err != nil || !r.Gone {
+			switch {
+			case err != nil:
 				return err
+			case r.Gone:
+				w.o.gone(w.call.View)
+			case r.Acquired && r.Token != w.call.View.Token && w.o.spentGrant(r.Token):
+				// (A re-entry of a hold that ended meanwhile is grant's.)
+				if err := w.giveBackSpent(ctx, r); err != nil {
+					return err
+				}
+			default:
+				return nil
 			}
-			w.o.gone(w.call.View)
-			// The next request, naming no hold, has not run before (but
-			// another call's may have: mayHaveRun).
+			// The next request has not run before (but another call's
+			// may have: mayHaveRun).
 			w.call.Retry = w.o.mayHaveRun()
 		}
-		return fmt.Errorf("%w: acquire refused twice for a hold it no longer names", ErrUnexpectedReply)
+		return fmt.Errorf("%w: acquire refused, or granted a hold this owner had ended, three times", ErrUnexpectedReply)
 	})
 	return r, sent, err
 }
@@ -138,6 +149,25 @@ func (w *waiter) leaveLeftover(ctx context.Context) error {
 		w.call.Retry = w.o.mayHaveRun()
 	}
 	w.joined = true
+	return nil
+}
+
+// giveBackSpent gives back a grant of a hold the owner has ended
+// (spentGrant): acquire.lua took the field of that hold - a hand-over
+// grant the client held by its message, never taken up on the server -
+// for a grant the client did not know of yet, and took it up. Kept, it
+// would be a new hold with the ended hold's token, which that hold's
+// Unlock, unacknowledged and still on its way, could release under it
+// (X6, X13). Given back, the lock goes to the head, and the next request
+// queues the owner behind it (B3). A give-back that fails is tried again
+// with the attempt, which then finds the field a leftover (acquire.lua
+// releases or replaces it).
+func (w *waiter) giveBackSpent(ctx context.Context, r wire.AcquireReply) error {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if _, err := w.m.giveBackTo(cctx, wire.View{Token: r.Token, Count: r.Count}, 0, w.lease); err != nil {
+		return fmt.Errorf("giving back a grant of a hold this owner had ended: %v", err)
+	}
 	return nil
 }
 
@@ -266,6 +296,10 @@ func (w *waiter) undo(ctx context.Context, view wire.View) {
 func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
 	left, err := w.m.leaveQueue(ctx, view.Token)
 	if err != nil {
+		// The entry stays live until its liveness deadline, at most a
+		// waiter timeout from now: the owner is remembered, still
+		// queued, so that its next call leaves it first (leaveLeftover).
+		w.m.c.owners.remember(w.m, w.m.c.cfg.waiterTimeout)
 		return err
 	}
 	if extra := w.o.left(left, view); extra.Count > 0 {

@@ -132,7 +132,9 @@ func leaveGaveUp(t *testing.T, waiterTimeout time.Duration) (srv *redistest.Serv
 // abandoned call's place and was granted the lock before X, who had
 // queued first (the simulation's FIFO finding, seeds 901 and 2000). A
 // new call that finds the owner queued by no waiting call leaves that
-// entry first: W queues behind X, and X acquires first (B3, X5).
+// entry first: W queues behind X, and X acquires first (B3, X5). The
+// client remembers the owner's entry while it may be live, also after the
+// subscription the call parked is gone.
 func TestLeaveThatGaveUp_NextCallQueuesAtTheTail(t *testing.T) {
 	srv, w, x, holder, gotX := leaveGaveUp(t, defaultWaiterTimeout)
 	bg, stop := context.WithTimeout(context.Background(), 30*time.Second)
@@ -143,6 +145,14 @@ func TestLeaveThatGaveUp_NextCallQueuesAtTheTail(t *testing.T) {
 		return f
 	}
 	before := alive()
+	// W's next call comes after its parked subscription is gone (1 s), so
+	// that nothing else keeps what the client knows of W's owner.
+	redistest.Eventually(t, 5*time.Second, "W's parked subscription dropped", func() bool {
+		w.c.owners.mu.Lock()
+		defer w.c.owners.mu.Unlock()
+		e := w.c.owners.byKey[w.ownerKey]
+		return e == nil || e.parked == nil
+	})
 	gotW := goLockIn(bg, w)
 	// W's new call has queued once W is no longer first, or once its
 	// attempt heartbeat the old entry (its liveness deadline moved on).
