@@ -88,9 +88,14 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 	}
 	w.call.Retry = w.o.mayHaveRun()
 	err = w.retry.do(ctx, func() (err error) {
-		// Twice at most: a request naming a hold the server no longer has
-		// is refused (r.Gone), the hold ends, and the next names none.
-		for range 2 {
+		if err := w.leaveLeftover(ctx); err != nil {
+			return err
+		}
+		// Three times at most: a request naming a hold the server no
+		// longer has is refused (r.Gone), the hold ends, and the next
+		// names none; a grant of a hold the owner has ended is given
+		// back (giveBackSpent), and the next finds it gone.
+		for range 3 {
 			w.call.View, w.call.HoldLease = w.o.attemptView()
 			w.sentSeq = w.m.c.wakes.seq()
 			sent = time.Now()
@@ -98,17 +103,72 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 			r, err = w.evalAcquire(ctx, sent)
 			w.noteFailure(err)
 			w.call.Retry = w.call.Retry || (err != nil && !notRun(err))
-			if err != nil || !r.Gone {
+			switch {
+			case err != nil:
 				return err
+			case r.Gone:
+				w.o.gone(w.call.View)
+			case r.Acquired && r.Token != w.call.View.Token && w.o.spentGrant(r.Token):
+				// (A re-entry of a hold that ended meanwhile is grant's.)
+				if err := w.giveBackSpent(ctx, r); err != nil {
+					return err
+				}
+			default:
+				return nil
 			}
-			w.o.gone(w.call.View)
-			// The next request, naming no hold, has not run before (but
-			// another call's may have: mayHaveRun).
+			// The next request has not run before (but another call's
+			// may have: mayHaveRun).
 			w.call.Retry = w.o.mayHaveRun()
 		}
-		return fmt.Errorf("%w: acquire refused twice for a hold it no longer names", ErrUnexpectedReply)
+		return fmt.Errorf("%w: acquire refused, or granted a hold this owner had ended, three times", ErrUnexpectedReply)
 	})
 	return r, sent, err
+}
+
+// leaveLeftover, before the call's first attempt, takes the owner out of
+// a queue entry no waiting call of the owner holds: an earlier call's,
+// whose leave gave up (the entry stays live until its liveness deadline,
+// X5) or has not run yet. The attempt would heartbeat that entry and keep
+// its place; the call queues at the tail instead, behind the waiters that
+// queued after the earlier call (B3), and a grant left to that entry goes
+// back. An entry of a call still waiting is shared (B3), and so is one
+// this call found shared at its first attempt.
+func (w *waiter) leaveLeftover(ctx context.Context) error {
+	if w.joined {
+		return nil
+	}
+	if w.o.leftover(!w.call.Once) {
+		w.inFlight.Store(true)
+		err := w.giveBack(ctx, w.o.view())
+		w.noteFailure(err)
+		if err != nil {
+			return err
+		}
+		// No attempt of this call has been sent: what the leave settled
+		// is all the next one may have run before.
+		w.call.Retry = w.o.mayHaveRun()
+	}
+	w.joined = true
+	return nil
+}
+
+// giveBackSpent gives back a grant of a hold the owner has ended
+// (spentGrant): acquire.lua took the field of that hold - a hand-over
+// grant the client held by its message, never taken up on the server -
+// for a grant the client did not know of yet, and took it up. Kept, it
+// would be a new hold with the ended hold's token, which that hold's
+// Unlock, unacknowledged and still on its way, could release under it
+// (X6, X13). Given back, the lock goes to the head, and the next request
+// queues the owner behind it (B3). A give-back that fails is tried again
+// with the attempt, which then finds the field a leftover (acquire.lua
+// releases or replaces it).
+func (w *waiter) giveBackSpent(ctx context.Context, r wire.AcquireReply) error {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if _, err := w.m.giveBackTo(cctx, wire.View{Token: r.Token, Count: r.Count}, 0, w.lease); err != nil {
+		return fmt.Errorf("giving back a grant of a hold this owner had ended: %v", err)
+	}
+	return nil
 }
 
 // evalAcquire sends one attempt, sent at sent, bounded by attemptTimeout
@@ -236,6 +296,10 @@ func (w *waiter) undo(ctx context.Context, view wire.View) {
 func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
 	left, err := w.m.leaveQueue(ctx, view.Token)
 	if err != nil {
+		// The entry stays live until its liveness deadline, at most a
+		// waiter timeout from now: the owner is remembered, still
+		// queued, so that its next call leaves it first (leaveLeftover).
+		w.m.c.owners.remember(w.m, w.m.c.cfg.waiterTimeout)
 		return err
 	}
 	if extra := w.o.left(left, view); extra.Count > 0 {

@@ -64,9 +64,10 @@ type owner struct {
 
 // holdEnder is told when a hold of an owner ended: the Mutex that made
 // the owner (an interface rather than a func, which would cost an
-// allocation per owner).
+// allocation per owner). grant says the hold was a hand-over grant the
+// server had not seen taken up.
 type holdEnder interface {
-	holdEnded(h *Hold, err error)
+	holdEnded(h *Hold, err error, grant bool)
 }
 
 // init sets up a zero owner in place (the registry keeps owners in its
@@ -149,6 +150,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	var replaced *Hold
 	var why error
+	grant := o.unconfirmed
 	if o.hold != nil {
 		// The server replaced it (it had ended there: lease ran out or
 		// forced), so the client's hold was already lost.
@@ -157,7 +159,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	o.mu.Unlock()
 	if replaced != nil {
-		o.onEnd.holdEnded(replaced, why)
+		o.onEnd.holdEnded(replaced, why, grant)
 	}
 	if sentView.Token != 0 && sentView.Token == r.Token {
 		return nil, errEndedReentry
@@ -176,6 +178,15 @@ func (o *owner) gone(sentView wire.View) {
 		return
 	}
 	o.finish(errHoldGone)
+}
+
+// spentGrant reports whether an acquire reply granting token, which is
+// not the live hold's, grants a hold the owner has taken up or given back
+// already (lastSpent): one the client has ended since.
+func (o *owner) spentGrant(token int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return (o.hold == nil || o.hold.token != token) && token <= o.lastSpent
 }
 
 // errHoldGone: an acquire call found the hold it named gone from the
@@ -388,10 +399,11 @@ func (o *owner) endLive(err error) {
 // finish ends the live hold with err, unlocks mu (which the caller
 // holds) and tells onEnd.
 func (o *owner) finish(err error) {
+	grant := o.unconfirmed
 	h := o.endLocked(err)
 	o.mu.Unlock()
 	if h != nil {
-		o.onEnd.holdEnded(h, err)
+		o.onEnd.holdEnded(h, err, grant)
 	}
 }
 

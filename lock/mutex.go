@@ -255,8 +255,15 @@ func (m *Mutex) wake() wire.Wake {
 }
 
 // holdEnded is told when a hold of this Mutex ends: the watchdog forgets
-// it and the observer hears of a loss (X7).
-func (m *Mutex) holdEnded(h *Hold, err error) {
+// it and the observer hears of a loss (X7). A hand-over grant never taken
+// up that ends otherwise than by an acknowledged Unlock may still be in
+// the lock hash for twice the waiter timeout (B4), its token the same:
+// the owner is remembered that long, so that its next acquire does not
+// take that grant for a new hold (spentGrant).
+func (m *Mutex) holdEnded(h *Hold, err error, grant bool) {
+	if grant && !errors.Is(err, ErrReleased) {
+		m.c.owners.remember(m, 2*m.c.cfg.waiterTimeout)
+	}
 	m.c.untrack(h)
 	if obs := m.c.cfg.observer; obs != nil && errors.Is(err, ErrLockLost) {
 		obs.HoldLost(m.call(""), h.token, time.Since(h.acquired), err)

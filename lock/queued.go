@@ -66,6 +66,19 @@ func (o *owner) mayHaveRun() bool {
 	return o.grantMayWait
 }
 
+// leftover reports whether the owner is marked queued while no call of
+// its own waits but the caller (self: counted as waiting): the entry is
+// an ended call's, whose leave gave up or is still to run.
+func (o *owner) leftover(self bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.waiting
+	if self {
+		n--
+	}
+	return o.queued && n == 0
+}
+
 // mustLeave reports whether the owner's last waiting call must leave the
 // queue: it is still marked queued and no other call waits (else the
 // queue entry, and any grant on its way, are that call's).

@@ -31,6 +31,7 @@ type waiter struct {
 	subbing *background           // its Subscribe in flight (startSubscribe)
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
+	joined  bool      // the first attempt found no leftover queue entry to leave (leaveLeftover)
 	lastAck time.Time // send time of the latest attempt that queued the owner
 	ackedAt int64     // the server's time (µs) when that attempt ran
 	headAt  time.Time // when this call learnt the owner is first in line

@@ -61,6 +61,7 @@ type Network struct {
 	counts  map[string]int
 	pausing time.Time // the server answers nothing before this
 	conns   map[*link]struct{}
+	movers  sync.WaitGroup // the forward goroutines (Close waits for them)
 
 	recording bool
 	exchanges []Exchange
@@ -118,9 +119,21 @@ func (n *Network) Dial(who string) (net.Conn, error) {
 	n.mu.Lock()
 	n.conns[l] = struct{}{}
 	n.mu.Unlock()
-	go n.forward(l, true)
-	go n.forward(l, false)
+	n.movers.Go(func() { n.forward(l, true) })
+	n.movers.Go(func() { n.forward(l, false) })
 	return cc, nil
+}
+
+// Close fails every connection still open and waits until their
+// messages in flight are gone: a delivery still sleeping out its delay
+// when the bubble's main goroutine returns would fail the bubble.
+func (n *Network) Close() {
+	n.mu.Lock()
+	for l := range n.conns {
+		l.close()
+	}
+	n.mu.Unlock()
+	n.movers.Wait()
 }
 
 // forward moves the messages of one direction of l until it fails. A

@@ -139,6 +139,7 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 	end := rec.h.Now()
 	w.inv.Close()
 	w.srv.Close()
+	w.nw.Close()
 	checks, broken := w.inv.Result()
 	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
 		Exchanges: w.nw.Exchanges()}

@@ -210,7 +210,7 @@ func overlap(ops []*Op, faults []Fault, stalls []Stall, b Bounds, a *Op, h *Hold
 	if done > 0 && done <= a.Return+bound+lateness(stalls, a.Return-stallNear, done+stallNear) {
 		return Violation{}, false // told in time, or as late as the process ran
 	}
-	if a.Java && javaEndedBefore(ops, a, h.Acquired) || unreachableEnd(ops, faults, h, a.Return) {
+	if a.Java && javaEndedBefore(ops, a, h.Acquired) || unreachableEnd(ops, faults, h, a.Return, a.Return+bound) {
 		return Violation{}, false
 	}
 	end := "still open at the end of the history"
@@ -221,16 +221,18 @@ func overlap(ops []*Op, faults []Fault, stalls []Stall, b Bounds, a *Op, h *Hold
 		fmt.Sprintf("%v was granted while %v; its Done %s", a, h, end), []int{a.ID}}, true
 }
 
-// unreachableEnd reports whether h was ended by a call that publishes
-// nothing to it in time (a DEL by hand, Redisson's forceUnlock or delete,
-// or any ending call) while its client or the server had a fault: the
-// holder cannot be told then, and the next owner may be granted the lock
-// before it is (the notice check holds such ends to their bounds when no
-// fault is near).
-func unreachableEnd(ops []*Op, faults []Fault, h *Hold, until time.Duration) bool {
+// unreachableEnd reports whether h was ended, by a call before until, that
+// publishes nothing to it in time (a DEL by hand, Redisson's forceUnlock
+// or delete, or any ending call) while its client or the server had a
+// fault before told, when the holder was to be told at the latest: the
+// holder cannot be told then (a client watching no keys learns at its
+// watchdog's tick, whose renewal a server pause holds up: simulation seed
+// 103), and the next owner may be granted the lock before it is (the
+// notice check holds such ends to their bounds when no fault is near).
+func unreachableEnd(ops []*Op, faults []Fault, h *Hold, until, told time.Duration) bool {
 	for _, e := range ops {
 		if e.Kind.ends() && e.Lock == h.Lock && e.Call > h.Called && e.Call < until &&
-			faultDuring(faults, h.Client, e.Call, until, 100*time.Millisecond) {
+			faultDuring(faults, h.Client, e.Call, told, 100*time.Millisecond) {
 			return true
 		}
 	}
@@ -309,13 +311,17 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 			enders[e.Lock] = append(enders[e.Lock], e)
 		}
 	}
+	byLock := map[string][]*Hold{}
+	for _, h := range holds {
+		byLock[h.Lock] = append(byLock[h.Lock], h)
+	}
 	var out []Violation
 	var lat []Latency
 	for _, h := range holds {
 		if h.Java {
 			continue
 		}
-		v, l, ok := noticeOf(h, enders[h.Lock], faults, stalls, b)
+		v, l, ok := noticeOf(h, enders[h.Lock], byLock[h.Lock], faults, stalls, b)
 		switch {
 		case !ok:
 		case l != nil:
@@ -331,13 +337,13 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 // by call) ended it: a violation, or the latency when one call alone can
 // have ended it; ok false when none of them is known to have ended it
 // while its holder was to be told.
-func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (Violation, *Latency, bool) {
+func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []Stall, b Bounds) (Violation, *Latency, bool) {
 	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
 	next := time.Duration(1 << 62) // the next ending call after the grant
 	if i < len(enders) {
 		next = enders[i].Call
 	}
-	if v, bad := endedInFlight(h, enders[:i], next, faults, stalls, b); bad {
+	if v, bad := endedInFlight(h, enders[:i], others, next, faults, stalls, b); bad {
 		return v, nil, true
 	}
 	if i == len(enders) {
@@ -386,8 +392,9 @@ func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (
 // bound after the reply came (issue 46 defect 2: a loss notice
 // summarised into a burst was lost, and the hold lived on until the
 // watchdog's tick). A hold with a lease of its own may have ended by it,
-// and one still open at the end of the history tells nothing.
-func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, stalls []Stall, b Bounds) (Violation, bool) {
+// and one still open at the end of the history tells nothing; nor does a
+// call that ended an earlier hold of the lock (endedOther).
+func endedInFlight(h *Hold, before []*Op, others []*Hold, next time.Duration, faults []Fault, stalls []Stall, b Bounds) (Violation, bool) {
 	done, why := h.Done()
 	if done == 0 || done > next || h.Lease > 0 || !strings.Contains(why, lostErr) {
 		return Violation{}, false
@@ -395,7 +402,7 @@ func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, st
 	var deadline time.Duration
 	var by *Op
 	for _, o := range before {
-		if o.Return > h.Called {
+		if o.Return > h.Called && !endedOther(o, h, others, b) {
 			if d := max(o.Return, h.Acquired) + noticeBound(o, h, b); d > deadline {
 				deadline, by = d, o
 			}
@@ -411,6 +418,29 @@ func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, st
 		fmt.Sprintf("%v overlapped the grant of %v, which nothing else ended; its Done closed %s after the grant (%s), bound %v",
 			by, h, ms(done-h.Acquired), why, deadline-max(by.Return, h.Acquired)), []int{by.ID}}, true
 }
+
+// endedOther reports whether o, a call that removes the lock's holder,
+// ended a Go hold of the lock older than h (a lower token): that holder
+// was told it was force-unlocked or deleted within o's bound. o removed
+// that one holder, and h was granted after it: o did not end h (seed 106
+// of the simulation: a ForceUnlock handed the lock to a Redisson thread,
+// whose unlock handed it to h while h's Lock was in flight).
+func endedOther(o *Op, h *Hold, others []*Hold, b Bounds) bool {
+	for _, x := range others {
+		if x == h || x.Java || x.Token >= h.Token {
+			continue
+		}
+		done, why := x.Done()
+		if done >= o.Call && done <= o.Return+noticeBound(o, x, b) && strings.Contains(why, forcedErr) {
+			return true
+		}
+	}
+	return false
+}
+
+// forcedErr is in the text of lock's error for a hold another client
+// force-unlocked or deleted.
+const forcedErr = "force-unlocked or deleted by another client"
 
 // lostErr is the text of lock's ErrLockLost.
 var lostErr = lock.ErrLockLost.Error()
