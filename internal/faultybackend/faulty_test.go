@@ -77,6 +77,10 @@ func TestLoseReply_ScriptRunsCallerGetsTimeout(t *testing.T) {
 	if h.Mode != LoseReply || h.Script != "incr" || h.Err != nil || h.Returned.Before(h.Ran) {
 		t.Errorf("hit %+v", h)
 	}
+	// The hit keeps the reply the caller never got: what the script did.
+	if len(h.Lost) != 1 || h.Lost[0].Reply.Int != 1 || h.Lost[0].Ran.Before(h.Lost[0].Sent) {
+		t.Errorf("hit's lost replies %+v, want one: 1", h.Lost)
+	}
 	r, err := b.Eval(ctx, incr, []string{"k"}, nil)
 	if err != nil || r.Int != 2 {
 		t.Fatalf("the next Eval: %v, %v; want 2 (the fault takes one request)", r, err)

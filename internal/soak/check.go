@@ -104,7 +104,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, ordered)...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered, lostGrants(faults))...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -674,7 +674,7 @@ func lateness(stalls []Stall, from, to time.Duration) time.Duration {
 // started after the waiter had queued. Left out: pairs with a fault on
 // the waiter's client or the server, a delete of the lock (its waiters
 // queue again) or a Close of the waiter's client in between.
-func checkFIFO(ops []*Op, faults []Fault) []Violation {
+func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) []Violation {
 	var out []Violation
 	grants := map[string][]*Op{} // new holds by lock, by return
 	for _, a := range ops {
@@ -705,7 +705,7 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 				continue
 			}
 			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
-				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], w, a) {
+				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], lost[w.Lock], w, a) {
 				continue
 			}
 			out = append(out, Violation{"fifo", w.Lock, a.Return,
@@ -806,12 +806,17 @@ func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 // a was granted, and either a fencing token nobody returned with, drawn
 // then, or - when no Go grant returned after the call, so no later token
 // can show one missing (a run's end) - no hold the history knows of that
-// the call could have removed.
-func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
-	gap := false
-	for i := 1; i < len(byToken) && !gap; i++ {
+// the call could have removed. A missing token whose grant's reply a
+// fault lost (lost, by token) was drawn after its request was sent: a
+// call that returned before that cannot have ended it (issue 46 defect 1:
+// a shared owner's grants, their replies lost, after a DEL by hand).
+func grantEnded(ops []*Op, byToken []*Op, lost map[int64]LostGrant, w, a *Op) bool {
+	var missing []int64 // tokens nobody returned with, drawn while w waited
+	for i := 1; i < len(byToken); i++ {
 		prev, next := byToken[i-1], byToken[i]
-		gap = next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return
+		if next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return {
+			missing = appendMissing(missing, prev.Hold.Token, next.Hold.Token)
+		}
 	}
 	var lastGo time.Duration // the last Go grant's return
 	for _, g := range byToken {
@@ -819,11 +824,54 @@ func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
 	}
 	for _, e := range ops {
 		if e.Kind.ends() && e.Lock == w.Lock && e.Released && e.Err == "" && e.Return > w.Queued && e.Call < a.Return &&
-			(gap || lastGo < e.Call && removedUnseen(ops, e)) {
+			(endable(missing, lost, e) || lastGo < e.Call && removedUnseen(ops, e)) {
 			return true
 		}
 	}
 	return false
+}
+
+// maxMissing bounds the tokens appendMissing lists of one gap; a longer
+// gap counts as one token of unknown grant.
+const maxMissing = 64
+
+// appendMissing appends the tokens strictly between from and to.
+func appendMissing(dst []int64, from, to int64) []int64 {
+	if to-from-1 > maxMissing {
+		return append(dst, -1)
+	}
+	for t := from + 1; t < to; t++ {
+		dst = append(dst, t)
+	}
+	return dst
+}
+
+// endable reports whether e may have ended the grant of one of the
+// missing tokens: one whose grant is not known, or was sent before e
+// returned.
+func endable(missing []int64, lost map[int64]LostGrant, e *Op) bool {
+	for _, t := range missing {
+		if g, ok := lost[t]; !ok || g.Sent < e.Return {
+			return true
+		}
+	}
+	return false
+}
+
+// lostGrants maps lock and token to the grants whose replies faults lost.
+func lostGrants(faults []Fault) map[string]map[int64]LostGrant {
+	out := map[string]map[int64]LostGrant{}
+	for _, f := range faults {
+		for _, g := range f.Lost {
+			if out[g.Lock] == nil {
+				out[g.Lock] = map[int64]LostGrant{}
+			}
+			if p, ok := out[g.Lock][g.Token]; !ok || g.Sent < p.Sent {
+				out[g.Lock][g.Token] = g // a re-entry's reply names the token again: the first grant drew it
+			}
+		}
+	}
+	return out
 }
 
 // removedUnseen reports whether e, a hold-ending call that removed a

@@ -118,7 +118,26 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	if hit.Err != nil {
 		f.Detail += "; the server did not answer it: " + hit.Err.Error()
 	}
+	f.Lost = n.lostGrants(hit)
+	if len(f.Lost) > 0 {
+		f.Detail += fmt.Sprintf("; %d grants lost", len(f.Lost))
+	}
 	return f, true
+}
+
+// lostGrants are the grants among hit's lost replies: acquire.lua's
+// reply {1, token, count} (RULES.md, Keyspace), the lock its first key.
+func (n *nemesis) lostGrants(hit faultybackend.Hit) []LostGrant {
+	if hit.Script != "acquire" || len(hit.Keys) == 0 {
+		return nil
+	}
+	var out []LostGrant
+	for _, l := range hit.Lost {
+		if v, err := l.Reply.AsInts(); err == nil && len(v) == 3 && v[0] == 1 {
+			out = append(out, LostGrant{Lock: hit.Keys[0], Token: v[1], Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
+		}
+	}
+	return out
 }
 
 // burstSize is how many messages a notice burst sends on each of its

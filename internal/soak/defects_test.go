@@ -1,0 +1,77 @@
+package soak
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/lock"
+)
+
+// The checker must flag issue 46's two defects, each as the soak would
+// record it (with the message-level faults that make it), so that a run
+// that reaches one reports it.
+
+// TestCheckFlagsSharedOwnerOvertaken is defect 1: s's Lock and TryLock
+// wait (one Mutex, two goroutines), x queues behind; the hash is DELeted
+// by hand (h's hold ends, no message); every reply to s's TryLock's
+// attempts is lost (a grant, token 2, that s never returns with) until it
+// gives up; x is granted (token 3) and s's Lock only after x's Unlock.
+// The lost grant came after the DEL, so the DEL cannot have taken it from
+// s: x overtook s.
+func TestCheckFlagsSharedOwnerOvertaken(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		lostSent time.Duration // when the request whose grant was lost was sent
+		want     int
+	}{
+		{"the grant lost after the DEL", 110 * msec, 1},
+		// A grant the DEL may have ended before s heard: s queued again at
+		// the back (B8), so x overtook nobody.
+		{"the grant lost before the DEL", 90 * msec, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			hh := hold("L", "h", 1, 5*msec, 0)
+			acquire(h, hh, 0)
+			hh.ended(150*msec, lock.ErrLockLost)
+			sHold := hold("L", "s", 4, 700*msec, 800*msec)
+			sHold.Client = "cs"
+			sHold.Called = 10 * msec
+			h.AddHold(sHold)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 10 * msec, Queued: 20 * msec, Return: 700 * msec,
+				Limit: 3 * time.Second, Hold: sHold, New: true})
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 30 * msec, Queued: 40 * msec, Return: 400 * msec,
+				Wait: 300 * msec, Limit: 2 * time.Second, Err: "lock: not acquired", NotAcq: true})
+			x := hold("L", "x", 3, 420*msec, 0)
+			acquire(h, x, 50*msec).Queued = 60 * msec
+			releaseHold(h, x, 500*msec, 510*msec)
+			h.Add(&Op{Kind: KindDelHash, Lock: "L", Client: "raw", Call: 100 * msec, Return: 105 * msec, Released: true})
+			h.AddFault(Fault{Kind: FaultReplyLost, Target: "cs", Start: c.lostSent, End: 400 * msec,
+				Detail: "acquire L, delay 0s, 3 requests in 300ms",
+				Lost:   []LostGrant{{Lock: "L", Token: 2, Sent: c.lostSent, Ran: c.lostSent + msec}}})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckFlagsBurstLostNotice is defect 2: a client without key
+// watches has an acquire whose reply is held back after its script ran;
+// a notice burst floods its channels and force-unlocks the lock; the
+// late Lock returns a hold that ends only at the watchdog's tick, 8.6 s
+// later. The burst is a fault on that client, and still no excuse: a
+// subscription that falls behind must still tell its holders.
+func TestCheckFlagsBurstLostNotice(t *testing.T) {
+	h := NewHistory(1)
+	a := hold("L", "a", 1, 1700*msec, 0)
+	a.Watches = false
+	acquire(h, a, 1000*msec)
+	a.ended(1700*msec+8600*msec, lock.ErrLockLost)
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Client: "b", Call: 1200 * msec, Return: 1250 * msec, Released: true})
+	h.AddFault(Fault{Kind: FaultNoticeBurst, Target: a.Client, Start: 1100 * msec, End: 1800 * msec,
+		Detail: "256 messages on each of ...; the reply to acquire L held back 500ms after it ran"})
+	if got := checks(h)["notice"]; got != 1 {
+		t.Errorf("%d notice violations, want 1", got)
+	}
+}
