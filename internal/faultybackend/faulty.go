@@ -77,6 +77,9 @@ type Fault struct {
 	// attempts on one lock) meet it too, as behind a connection whose
 	// replies are lost for a while.
 	For time.Duration
+	// Key, when not empty, is the first key the fault's requests must
+	// have (one lock's); requests on other keys pass it by.
+	Key string
 }
 
 // Hit is what an armed fault did to the requests it took.
@@ -188,12 +191,12 @@ func (f *Faulty) take(name string, keys []string) *armed {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.armed
-	if a == nil || !a.matches(name) {
-		return nil
-	}
 	key := ""
 	if len(keys) > 0 {
 		key = keys[0]
+	}
+	if a == nil || !a.matches(name) || a.Fault.Key != "" && key != a.Fault.Key {
+		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -219,6 +219,28 @@ func TestArm_ScriptsFilter(t *testing.T) {
 	}
 }
 
+// TestArm_KeyFilter: a fault with a Key passes requests on other keys by
+// and takes the first on its key.
+func TestArm_KeyFilter(t *testing.T) {
+	inner := dial(t)
+	b, f := Wrap(inner)
+	hits := f.Arm(Fault{Mode: LoseReply, Key: "mine"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.Eval(ctx, incr, []string{"other"}, nil); err != nil {
+		t.Fatalf("a request on another key: %v", err)
+	}
+	if !f.Armed() {
+		t.Fatal("a request on another key took the fault")
+	}
+	if _, err := b.Eval(ctx, incr, []string{"mine"}, nil); !errors.Is(err, ErrReplyLost) {
+		t.Fatalf("the request on the fault's key: %v, want ErrReplyLost", err)
+	}
+	if h := waitHit(t, hits); len(h.Keys) != 1 || h.Keys[0] != "mine" {
+		t.Errorf("hit %+v, want one on key mine", h)
+	}
+}
+
 // TestWrap_KeepsCapabilities: the wrapper has exactly the wrapped
 // backend's optional capabilities.
 func TestWrap_KeepsCapabilities(t *testing.T) {

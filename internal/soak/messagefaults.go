@@ -23,6 +23,9 @@ import (
 // them; false when it ran none. They are short and cut nobody off, so
 // they take half the nemesis' turns and leave the other faults theirs.
 func (n *nemesis) messageFault(target string) ([]Fault, bool) {
+	if f, ok := n.sharedFault(); ok {
+		return []Fault{f}, true
+	}
 	c := n.goClient(target)
 	r := n.rnd.IntN(20)
 	if c == nil || r >= 10 {
@@ -70,9 +73,9 @@ var faultScripts = [][]string{{"acquire"}, {"acquire"}, {"unlock", "leave", "ren
 // armWithin bounds how long an armed fault waits for a request to take it.
 const armWithin = 3 * time.Second
 
-// armOne arms c's backend with one fault of kind and waits for a request
-// to take it; it returns the fault as it happened, false when no request
-// took it in time.
+// armOne draws one fault of kind on c's backend and arms it (arm): a
+// reply lost, or a request held back, on any request or for a while on
+// one owner's attempts.
 func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Delay: time.Duration(n.rnd.IntN(300)) * time.Millisecond,
 		Scripts: faultScripts[n.rnd.IntN(len(faultScripts))]}
@@ -87,8 +90,51 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 		// 46 defect 1 needs that).
 		fault.Scripts, fault.For = []string{"acquire"}, time.Duration(200+n.rnd.IntN(1300))*time.Millisecond
 	}
+	return n.arm(c, kind, fault, nil)
+}
+
+// sharedFault, one time in three while a shared owner's calls at once
+// are in flight (Lock and TryLock of one Mutex), loses every reply to
+// that owner's attempts on its lock for 0.3-1.5 s, half the time just
+// after the lock's hash was DELeted by hand, which frees it without a
+// message to its waiters: issue 46 defect 1's window (a call that gives
+// up with each of its grants' replies lost, its sibling still waiting).
+// false when it ran none.
+func (n *nemesis) sharedFault() (Fault, bool) {
+	if n.sharing == nil || slices.Contains(n.without, FaultReplyLost) || n.rnd.IntN(3) != 0 {
+		return Fault{}, false
+	}
+	now := n.sharing.list()
+	if len(now) == 0 {
+		return Fault{}, false
+	}
+	pick := now[n.rnd.IntN(len(now))]
+	c := n.goClient(pick[0])
+	if c == nil {
+		return Fault{}, false
+	}
+	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Scripts: []string{"acquire"}, Key: pick[1],
+		For: time.Duration(300+n.rnd.IntN(1200)) * time.Millisecond}
+	var free func()
+	if n.rnd.IntN(2) == 0 {
+		free = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n.admin.evict(ctx, c, pick[1], KindDelHash)
+		}
+	}
+	return n.arm(c, FaultReplyLost, fault, free)
+}
+
+// arm arms c's backend with fault, runs then (when not nil), and waits
+// for a request to take the fault; it returns the fault as it happened,
+// false when no request took it in time.
+func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, then func()) (Fault, bool) {
 	fb := c.faults()
 	hits := fb.Arm(fault)
+	if then != nil {
+		then()
+	}
 	t := time.NewTimer(armWithin)
 	defer t.Stop()
 	var hit faultybackend.Hit

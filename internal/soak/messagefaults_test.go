@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -274,5 +275,49 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 				t.Errorf("%d notice violations, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// TestSharedFaultAimsAtCallsAtOnce: while a shared owner's calls at once
+// are in flight, the nemesis' shared fault loses the replies to that
+// owner's attempts on its lock (and only that lock's), and records the
+// grants among them. (The history is not judged here: on code with issue
+// 46 defect 1 this very fault may make the overtaking it looks for.)
+func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer raw.Close()
+	w := newWorkload(Config{Seed: 1, Lease: 15 * time.Second})
+	c := w.addClient(t, Adapters[0], "rueidis#0", srv.Addr(), nil)
+	s := &goOwner{id: 100, name: sharedNames[0], c: c, h: w.h, lease: 15 * time.Second, sharing: &w.sharing,
+		rnd: rand.New(rand.NewPCG(1, 0))}
+	w.owners = append(w.owners, s)
+	w.loop(func(ctx context.Context) {
+		if m, err := s.mutex(); err == nil {
+			s.sharedCalls(ctx, m)
+			s.release(ctx)
+		}
+	})
+	n := &nemesis{t: t, h: w.h, raw: raw, clients: w.clients, rnd: rand.New(rand.NewPCG(1, 9)), sharing: &w.sharing,
+		admin: &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}}
+	var f Fault
+	ok := false
+	for end := time.Now().Add(20 * time.Second); !ok && time.Now().Before(end); {
+		if f, ok = n.sharedFault(); !ok {
+			time.Sleep(10 * time.Millisecond) // bounded polling: a turn of the seed's, or calls in flight
+		}
+	}
+	w.finish()
+	if !ok {
+		t.Fatal("no shared fault in 20 s of calls at once")
+	}
+	t.Logf("%s: %s", f.Kind, f.Detail)
+	if f.Kind != FaultReplyLost || f.Target != c.label || !strings.HasPrefix(f.Detail, "acquire "+sharedNames[0]+",") {
+		t.Errorf("fault %+v: want the replies to the shared owner's acquires on %s lost", f, sharedNames[0])
+	}
+	for _, g := range f.Lost {
+		if g.Lock != sharedNames[0] || g.Token <= 0 || g.Ran < g.Sent {
+			t.Errorf("lost grant %+v", g)
+		}
 	}
 }

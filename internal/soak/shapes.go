@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 // two owners overtaking each other.
 func (o *goOwner) sharedCalls(ctx context.Context, m *lock.Mutex) {
 	plan := o.sharedPlan()
+	defer o.sharing.during(o.c.label, o.name)()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range plan {
@@ -50,11 +53,59 @@ func (o *goOwner) sharedPlan() [2]sharedCall {
 		{kind: KindLock, limit: time.Duration(300+o.rnd.IntN(3000)) * time.Millisecond},
 		{kind: KindTryWait, arg: time.Duration(o.rnd.IntN(800)) * time.Millisecond, limit: 2 * time.Second},
 	}
-	plan[o.rnd.IntN(2)].after = time.Duration(o.rnd.IntN(50)) * time.Millisecond
+	// Half the time one starts while the other may wait already, up to
+	// past a waiter's heartbeat (a third of the 5-s waiter timeout).
+	late := 50
+	if o.rnd.IntN(2) == 0 {
+		late = 2000
+	}
+	plan[o.rnd.IntN(2)].after = time.Duration(o.rnd.IntN(late)) * time.Millisecond
 	if o.rnd.IntN(2) == 0 {
 		plan[o.rnd.IntN(2)].cancelAfter = time.Duration(20+o.rnd.IntN(400)) * time.Millisecond
 	}
 	return plan
+}
+
+// sharedNow are the shared owners' calls at once in flight now, as
+// client label and lock: the nemesis aims faults at them.
+type sharedNow struct {
+	mu  sync.Mutex
+	now map[[2]string]int
+}
+
+// during marks client's calls on name as in flight until the returned
+// function is called (a nil s marks nothing).
+func (s *sharedNow) during(client, name string) func() {
+	if s == nil {
+		return func() {}
+	}
+	k := [2]string{client, name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.now == nil {
+		s.now = map[[2]string]int{}
+	}
+	s.now[k]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.now[k]--; s.now[k] <= 0 {
+			delete(s.now, k)
+		}
+	}
+}
+
+// list returns the calls in flight, sorted (a seed's choice among them
+// depends on nothing else).
+func (s *sharedNow) list() [][2]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][2]string, 0, len(s.now))
+	for k := range s.now {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	return out
 }
 
 // sleepFor waits d, or until ctx ends; it reports whether d passed.

@@ -147,6 +147,7 @@ type goOwner struct {
 	lease   time.Duration // the client's
 	private bool          // the only owner of its lock
 	long    *longHolds    // where its long holds are marked
+	sharing *sharedNow    // where its calls at once are marked
 
 	hold  *Hold
 	lh    *lock.Hold
