@@ -33,9 +33,9 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 	}
 	var kind FaultKind
 	switch {
-	case r < 4:
+	case r < 3:
 		kind = FaultReplyLost
-	case r < 8:
+	case r < 6:
 		kind = FaultHoldBack
 	default:
 		kind = FaultNoticeBurst
@@ -44,6 +44,11 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 		return nil, false
 	}
 	if kind == FaultNoticeBurst {
+		if u := n.unwatched(); u != nil && n.rnd.IntN(2) == 0 {
+			// A client without key watches hears of a loss only by
+			// message: a burst matters most there (issue 46 defect 2).
+			c = u
+		}
 		return []Fault{n.burst(c)}, true
 	}
 	var out []Fault
@@ -59,6 +64,17 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 func (n *nemesis) goClient(label string) *goClient {
 	for _, c := range n.clients {
 		if c.label == label {
+			return c
+		}
+	}
+	return nil
+}
+
+// unwatched returns the first Go client whose adapter watches no keys
+// (nil: none).
+func (n *nemesis) unwatched() *goClient {
+	for _, c := range n.clients {
+		if !c.adapter.Watches {
 			return c
 		}
 	}

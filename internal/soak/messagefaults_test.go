@@ -321,3 +321,16 @@ func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwatched: the notice burst's preferred client is one whose adapter
+// watches no keys, when the run has one.
+func TestUnwatched(t *testing.T) {
+	watching := &goClient{label: "rueidis#0", adapter: Adapters[0]}
+	blind := &goClient{label: "rueidis-nocache#1", adapter: Adapters[1]}
+	if got := (&nemesis{clients: []*goClient{watching, blind}}).unwatched(); got != blind {
+		t.Errorf("unwatched: %v, want %s", got, blind.label)
+	}
+	if got := (&nemesis{clients: []*goClient{watching}}).unwatched(); got != nil {
+		t.Errorf("unwatched with every client watching: %v, want none", got.label)
+	}
+}
