@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -207,8 +206,8 @@ func (n *nemesis) lostGrants(hit faultybackend.Hit) []LostGrant {
 const burstSize = 4 * backend.SubscriptionBuffer
 
 // burst floods c's channel (where its loss notices come) and its owners'
-// wake-up channels on the shared locks with burstSize messages each, in
-// one pipeline, while every lock is force-unlocked at once - and, when
+// wake-up channels on the shared locks, round after round of burstSize
+// messages each (flood), while every lock is force-unlocked at once - and, when
 // one of c's acquires comes within armWithin, while that acquire's reply
 // is held back after its script ran (issue 46 defect 2: the notice that
 // its grant was force-unlocked is among what the subscription summarises).
@@ -229,26 +228,18 @@ func (n *nemesis) burst(c *goClient) Fault {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	by, spare := n.clients[n.rnd.IntN(len(n.clients))], n.rnd.IntN(4) != 0
-	var wg sync.WaitGroup
-	wg.Add(1)
+	forced := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(forced)
 		n.admin.forceAll(ctx, by, spare)
 	}()
-	pipe := n.raw.Pipeline()
-	for range burstSize {
-		for _, ch := range channels {
-			// Redisson's unlock message: a waiter checks again, the
-			// client's own channel reads it as nothing.
-			pipe.Publish(ctx, ch, "0")
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	rounds, err := n.flood(ctx, channels, forced)
+	if err != nil {
 		f.Detail = "PUBLISH: " + err.Error()
 	}
-	wg.Wait()
+	<-forced
 	if f.Detail == "" {
-		f.Detail = fmt.Sprintf("%d messages on each of %s", burstSize, strings.Join(channels, ", "))
+		f.Detail = fmt.Sprintf("%d messages on each of %s", rounds*burstSize, strings.Join(channels, ", "))
 	}
 	if !fb.Disarm() {
 		select {
@@ -260,6 +251,36 @@ func (n *nemesis) burst(c *goClient) Fault {
 	}
 	f.End = n.h.Now()
 	return f
+}
+
+// maxFloodRounds bounds a burst's rounds of burstSize messages.
+const maxFloodRounds = 20
+
+// flood publishes burstSize messages on each of channels, in one
+// pipeline a round, round after round until forced is closed and one
+// round more (at most maxFloodRounds): the force-unlocks' loss notices
+// come in the middle of a flood, while the client's queue is full, not
+// after a flood it may have drained. It returns the rounds sent.
+func (n *nemesis) flood(ctx context.Context, channels []string, forced <-chan struct{}) (int, error) {
+	last := false
+	for rounds := 1; ; rounds++ {
+		pipe := n.raw.Pipeline()
+		for range burstSize {
+			for _, ch := range channels {
+				// Redisson's unlock message: a waiter checks again, the
+				// client's own channel reads it as nothing.
+				pipe.Publish(ctx, ch, "0")
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil || last || rounds == maxFloodRounds {
+			return rounds, err
+		}
+		select {
+		case <-forced:
+			last = true
+		default:
+		}
+	}
 }
 
 // burstChannels are c's channel and its shared-lock owners' wake-up

@@ -334,3 +334,23 @@ func TestUnwatched(t *testing.T) {
 		t.Errorf("unwatched with every client watching: %v, want none", got.label)
 	}
 }
+
+// TestFloodUntilForced: a flood goes on round after round until the
+// force-unlocks end, and one round more, so their notices come in the
+// middle of it; bounded when they never end.
+func TestFloodUntilForced(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer raw.Close()
+	n := &nemesis{raw: raw}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	close(done)
+	if rounds, err := n.flood(ctx, []string{"ch"}, done); err != nil || rounds != 2 {
+		t.Errorf("forced already: %d rounds (%v), want 2", rounds, err)
+	}
+	if rounds, err := n.flood(ctx, []string{"ch"}, make(chan struct{})); err != nil || rounds != maxFloodRounds {
+		t.Errorf("never forced: %d rounds (%v), want %d", rounds, err, maxFloodRounds)
+	}
+}
