@@ -109,9 +109,9 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 }
 
 // sharedFault, one time in three while a shared owner's calls at once
-// are in flight (Lock and TryLock of one Mutex), loses every reply to
-// that owner's attempts on its lock for 0.3-1.5 s, half the time just
-// after the lock's hash was DELeted by hand, which frees it without a
+// are in flight (Lock and TryLock of one Mutex, both), loses every reply
+// to that owner's attempts on its lock for 0.3-1.5 s, three times in four
+// just after the lock's hash was DELeted by hand, which frees it without a
 // message to its waiters: issue 46 defect 1's window (a call that gives
 // up with each of its grants' replies lost, its sibling still waiting).
 // false when it ran none.
@@ -131,7 +131,7 @@ func (n *nemesis) sharedFault() (Fault, bool) {
 	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Scripts: []string{"acquire"}, Key: pick[1],
 		For: time.Duration(300+n.rnd.IntN(1200)) * time.Millisecond}
 	var free func()
-	if n.rnd.IntN(2) == 0 {
+	if n.rnd.IntN(4) != 0 {
 		free = func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()

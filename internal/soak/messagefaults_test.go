@@ -279,7 +279,7 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 }
 
 // TestSharedFaultAimsAtCallsAtOnce: while a shared owner's calls at once
-// are in flight, the nemesis' shared fault loses the replies to that
+// are in flight (another owner holding the lock meanwhile), the nemesis' shared fault loses the replies to that
 // owner's attempts on its lock (and only that lock's), and records the
 // grants among them. (The history is not judged here: on code with issue
 // 46 defect 1 this very fault may make the overtaking it looks for.)
@@ -291,7 +291,11 @@ func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
 	c := w.addClient(t, Adapters[0], "rueidis#0", srv.Addr(), nil)
 	s := &goOwner{id: 100, name: sharedNames[0], c: c, h: w.h, lease: 15 * time.Second, sharing: &w.sharing,
 		rnd: rand.New(rand.NewPCG(1, 0))}
-	w.owners = append(w.owners, s)
+	// Another owner of the lock, so that the shared owner's calls wait
+	// together.
+	x := &goOwner{id: 101, name: sharedNames[0], c: c, h: w.h, lease: 15 * time.Second, rnd: rand.New(rand.NewPCG(1, 1))}
+	w.owners = append(w.owners, s, x)
+	w.loop(x.step)
 	w.loop(func(ctx context.Context) {
 		if m, err := s.mutex(); err == nil {
 			s.sharedCalls(ctx, m)

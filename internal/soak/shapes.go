@@ -23,7 +23,7 @@ import (
 // two owners overtaking each other.
 func (o *goOwner) sharedCalls(ctx context.Context, m *lock.Mutex) {
 	plan := o.sharedPlan()
-	defer o.sharing.during(o.c.label, o.name)()
+	both := &pairMark{mark: func() func() { return o.sharing.during(o.c.label, o.name) }}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range plan {
@@ -33,10 +33,39 @@ func (o *goOwner) sharedCalls(ctx context.Context, m *lock.Mutex) {
 			if c.after > 0 && !sleepFor(ctx, c.after) {
 				return
 			}
+			both.start()
+			defer both.stop()
 			o.acquireOne(ctx, m, c.kind, c.arg, c.limit, c.cancelAfter, &mu)
 		}()
 	}
 	wg.Wait()
+}
+
+// pairMark marks (mark) while both of a pair of calls run: from the
+// second's start to the first end.
+type pairMark struct {
+	mark func() (unmark func())
+
+	mu      sync.Mutex
+	running int
+	unmark  func()
+}
+
+func (p *pairMark) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running++; p.running == 2 {
+		p.unmark = p.mark()
+	}
+}
+
+func (p *pairMark) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running--; p.unmark != nil {
+		p.unmark()
+		p.unmark = nil
+	}
 }
 
 // sharedCall is one of sharedCalls' two calls.
@@ -66,8 +95,8 @@ func (o *goOwner) sharedPlan() [2]sharedCall {
 	return plan
 }
 
-// sharedNow are the shared owners' calls at once in flight now, as
-// client label and lock: the nemesis aims faults at them.
+// sharedNow are the shared owners' calls at once in flight now (both of
+// a pair), as client label and lock: the nemesis aims faults at them.
 type sharedNow struct {
 	mu  sync.Mutex
 	now map[[2]string]int

@@ -245,3 +245,23 @@ func TestSharedNow(t *testing.T) {
 	var none *sharedNow
 	none.during("x", "y")()
 }
+
+// TestPairMark: a pair of calls is marked from the second's start to the
+// first's end, once.
+func TestPairMark(t *testing.T) {
+	marks, unmarks := 0, 0
+	p := &pairMark{mark: func() func() { marks++; return func() { unmarks++ } }}
+	p.start()
+	if marks != 0 {
+		t.Fatal("marked with one call running")
+	}
+	p.start()
+	if marks != 1 || unmarks != 0 {
+		t.Fatalf("both running: %d marks, %d unmarks; want 1, 0", marks, unmarks)
+	}
+	p.stop()
+	p.stop()
+	if marks != 1 || unmarks != 1 {
+		t.Fatalf("both ended: %d marks, %d unmarks; want 1, 1", marks, unmarks)
+	}
+}
