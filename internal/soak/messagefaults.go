@@ -138,7 +138,12 @@ func (n *nemesis) sharedFault() (Fault, bool) {
 			n.admin.evict(ctx, c, pick[1], KindDelHash)
 		}
 	}
-	return n.arm(c, FaultReplyLost, fault, free)
+	f, ok := n.arm(c, FaultReplyLost, fault, free)
+	f.Detail += "; aimed at a pair of calls at once"
+	if free != nil {
+		f.Detail += ", after a DEL by hand"
+	}
+	return f, ok
 }
 
 // arm arms c's backend with fault, runs then (when not nil), and waits

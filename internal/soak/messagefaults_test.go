@@ -316,7 +316,8 @@ func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
 		t.Fatal("no shared fault in 20 s of calls at once")
 	}
 	t.Logf("%s: %s", f.Kind, f.Detail)
-	if f.Kind != FaultReplyLost || f.Target != c.label || !strings.HasPrefix(f.Detail, "acquire "+sharedNames[0]+",") {
+	if f.Kind != FaultReplyLost || f.Target != c.label || !strings.HasPrefix(f.Detail, "acquire "+sharedNames[0]+",") ||
+		!strings.Contains(f.Detail, "aimed at a pair of calls at once") {
 		t.Errorf("fault %+v: want the replies to the shared owner's acquires on %s lost", f, sharedNames[0])
 	}
 	for _, g := range f.Lost {
