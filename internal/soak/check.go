@@ -929,7 +929,8 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // leaves the queue only when tryLock gives up; fairlock's cleanup after
 // an error is best effort), back to the owner's last clean outcome - or
 // the call of an acquire of the owner that got no hold (or a's own, as a
-// re-entry) and was still in flight when a later one of the chain began: one owner's calls at once
+// re-entry, or a hold of its own only after a returned) and was still in
+// flight when a later one of the chain began: one owner's calls at once
 // (a Mutex two goroutines share) wait in one queue entry, the owner's, and
 // one that gives up leaves it to the others (RULES.md B3).
 func queuedSince(ops []*Op, a *Op) time.Duration {
@@ -939,7 +940,7 @@ func queuedSince(ops []*Op, a *Op) time.Duration {
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
 		}
-		if (p.Hold == nil || p.Hold == a.Hold) && p.Return >= since {
+		if (p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return) && p.Return >= since {
 			// A sibling call: the entry may be its - and when both were
 			// granted the one hold, which of the two returned first with
 			// it (the new hold, as recorded) says nothing of who queued.

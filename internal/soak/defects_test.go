@@ -148,3 +148,41 @@ func TestCheckNoticesUnlockGaveUp(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFIFOSiblingStillWaiting: a shared owner's Lock queued first;
+// its TryLock, begun a second later, was granted from that entry while
+// the Lock still waited (the Lock got a hold of its own only later), so
+// it overtook none of the owners that queued between the two calls
+// (seed 95953617200653). Without the waiting Lock it did.
+func TestCheckFIFOSiblingStillWaiting(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		sibling bool
+		want    int
+	}{
+		{"the sibling Lock still waiting", true, 0},
+		{"no sibling", false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			if c.sibling {
+				late := hold("L", "s", 12, 2400*msec, 2500*msec)
+				late.Client, late.Called = "cs", 10*msec
+				h.AddHold(late)
+				h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 10 * msec, Queued: 20 * msec, Return: 2400 * msec,
+					Limit: 3 * time.Second, Hold: late, New: true})
+			}
+			x := hold("L", "x", 11, 1300*msec, 1400*msec)
+			x.Client, x.Called = "cx", 700*msec
+			h.AddHold(x)
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "x", Client: "cx", Call: 700 * msec, Queued: 705 * msec, Return: 1300 * msec,
+				Wait: time.Second, Limit: 2 * time.Second, Hold: x, New: true})
+			try := hold("L", "s", 10, 1100*msec, 1200*msec)
+			try.Client = "cs"
+			acquire(h, try, 1090*msec).Kind = KindTryWait
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
