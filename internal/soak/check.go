@@ -307,11 +307,12 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 	}
 	var out []Violation
 	var lat []Latency
+	sole := newSoleHolds(ops, holds, b.Lease)
 	for _, h := range holds {
 		if h.Java {
 			continue
 		}
-		v, l, ok := noticeOf(h, enders[h.Lock], faults, stalls, b)
+		v, l, ok := noticeOf(h, enders[h.Lock], faults, stalls, b, sole)
 		switch {
 		case !ok:
 		case l != nil:
@@ -327,13 +328,13 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 // by call) ended it: a violation, or the latency when one call alone can
 // have ended it; ok false when none of them is known to have ended it
 // while its holder was to be told.
-func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (Violation, *Latency, bool) {
+func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, *Latency, bool) {
 	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
 	next := time.Duration(1 << 62) // the next ending call after the grant
 	if i < len(enders) {
 		next = enders[i].Call
 	}
-	if v, bad := endedInFlight(h, enders[:i], next, faults, stalls, b); bad {
+	if v, bad := endedInFlight(h, enders[:i], next, faults, stalls, b, sole); bad {
 		return v, nil, true
 	}
 	if i == len(enders) {
@@ -383,9 +384,9 @@ func noticeOf(h *Hold, enders []*Op, faults []Fault, stalls []Stall, b Bounds) (
 // summarised into a burst was lost, and the hold lived on until the
 // watchdog's tick). A hold with a lease of its own may have ended by it,
 // and one still open at the end of the history tells nothing.
-func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, stalls []Stall, b Bounds) (Violation, bool) {
+func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, bool) {
 	done, why := h.Done()
-	if done == 0 || done > next || h.Lease > 0 || !strings.Contains(why, lostErr) || strings.Contains(why, unlockGaveUp) {
+	if done == 0 || done > next || !strings.Contains(why, lostErr) || strings.Contains(why, unlockGaveUp) {
 		return Violation{}, false
 	}
 	var deadline time.Duration
@@ -397,7 +398,8 @@ func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, st
 			}
 		}
 	}
-	if by == nil || done <= deadline+lateness(stalls, h.Acquired-stallNear, done+stallNear) {
+	if by == nil || done <= deadline+lateness(stalls, h.Acquired-stallNear, done+stallNear) ||
+		h.Lease > 0 && !sole.onlyGrant(h, by) {
 		return Violation{}, false
 	}
 	if u := h.Unlocking(); u > 0 && u < deadline || faultDuring(faults, h.Client, h.Called, done, 0) {
@@ -406,6 +408,95 @@ func endedInFlight(h *Hold, before []*Op, next time.Duration, faults []Fault, st
 	return Violation{"notice", h.Lock, deadline,
 		fmt.Sprintf("%v overlapped the grant of %v, which nothing else ended; its Done closed %s after the grant (%s), bound %v",
 			by, h, ms(done-h.Acquired), why, deadline-max(by.Return, h.Acquired)), []int{by.ID}}, true
+}
+
+// soleHolds are the Go holds of the locks only one owner acquires (a
+// soak's private locks), by lock, for endedInFlight: a hold with a lease
+// of its own may have been granted after the call that overlapped its
+// grant and simply run out, unless that call removed a grant and the
+// hold's was the only one it can have been.
+type soleHolds struct {
+	holds  map[string][]*Hold
+	failed map[string][]*Op // acquires that failed, their outcome unknown: a grant the history lacks
+	closes map[string][]*Op // Client.Close by client: a hold it failed to release lives on for a lease
+	lease  time.Duration    // the clients' lease: how long such a grant may live on the server
+}
+
+// newSoleHolds finds the locks whose acquires are all one Go owner's -
+// one client's, one owner ID, across the client's reopenings (each
+// reopened client names its owners anew) - for a client lease.
+func newSoleHolds(ops []*Op, holds []*Hold, lease time.Duration) *soleHolds {
+	owner := map[string]string{}
+	for _, op := range ops {
+		if !op.Kind.acquire() {
+			continue
+		}
+		who := op.Client + "/" + op.Owner[strings.LastIndexByte(op.Owner, ':')+1:]
+		if o, ok := owner[op.Lock]; !ok && !op.Java {
+			owner[op.Lock] = who
+		} else if op.Java || o != who {
+			owner[op.Lock] = "" // shared
+		}
+	}
+	sole := &soleHolds{holds: map[string][]*Hold{}, failed: map[string][]*Op{}, closes: map[string][]*Op{}, lease: lease}
+	for _, op := range ops {
+		if op.Kind == KindClose {
+			sole.closes[op.Client] = append(sole.closes[op.Client], op)
+		}
+	}
+	for _, h := range holds {
+		if owner[h.Lock] != "" && !h.Java {
+			sole.holds[h.Lock] = append(sole.holds[h.Lock], h)
+		}
+	}
+	for _, op := range ops {
+		if owner[op.Lock] != "" && op.Kind.acquire() && op.Err != "" && !op.NotAcq {
+			sole.failed[op.Lock] = append(sole.failed[op.Lock], op)
+		}
+	}
+	return sole
+}
+
+// soleMargin is how long before a hold-ending call every earlier hold of
+// its lock must have ended, as its client saw it, to be out of its reach:
+// a client times a lease from its request, a little before the server.
+const soleMargin = 100 * time.Millisecond
+
+// onlyGrant reports whether e, an ending call that removed something and
+// overlapped h's grant, can only have removed h's: h's lock is one
+// owner's, and every other hold of it acquired before e returned had
+// ended well before e was called, and no acquire of it failed lately
+// (its grant, if any, unknown), nor did its client close (a hold it
+// failed to release).
+func (s *soleHolds) onlyGrant(h *Hold, e *Op) bool {
+	if s == nil || !e.Released {
+		return false
+	}
+	hs, ok := s.holds[h.Lock]
+	if !ok {
+		return false
+	}
+	for _, op := range s.failed[h.Lock] {
+		// A held-back request may run seconds after its call gave up.
+		if op.Call < e.Return && op.Return > e.Call-s.lease-5*time.Second {
+			return false
+		}
+	}
+	for _, op := range s.closes[h.Client] {
+		// Renewals stop at Close: a hold it failed to release lasts a lease.
+		if op.Call < e.Return && op.Return > e.Call-s.lease-time.Second {
+			return false
+		}
+	}
+	for _, o := range hs {
+		if o == h || o.Acquired >= e.Return {
+			continue
+		}
+		if done, _ := o.Done(); done == 0 || done > e.Call-soleMargin {
+			return false
+		}
+	}
+	return true
 }
 
 // lostErr is the text of lock's ErrLockLost.
