@@ -108,7 +108,7 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	return n.arm(c, kind, fault, nil)
 }
 
-// sharedFault, one time in three while a shared owner's calls at once
+// sharedFault, two times in three while a shared owner's calls at once
 // are in flight (Lock and TryLock of one Mutex, both), loses every reply
 // to that owner's attempts on its lock for 0.3-1.5 s, three times in four
 // just after the lock's hash was DELeted by hand, which frees it without a
@@ -116,7 +116,7 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 // up with each of its grants' replies lost, its sibling still waiting).
 // false when it ran none.
 func (n *nemesis) sharedFault() (Fault, bool) {
-	if n.sharing == nil || slices.Contains(n.without, FaultReplyLost) || n.rnd.IntN(3) != 0 {
+	if n.sharing == nil || slices.Contains(n.without, FaultReplyLost) || n.rnd.IntN(3) == 0 {
 		return Fault{}, false
 	}
 	now := n.sharing.list()
