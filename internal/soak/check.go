@@ -798,7 +798,11 @@ func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) [
 		g := grants[w.Lock]
 		for i := sort.Search(len(g), func(i int) bool { return g[i].Return > w.Queued }); i < len(g) && g[i].Return <= w.Return; i++ {
 			a := g[i]
-			if a == w || a.Owner == w.Owner || since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
+			sinceA := since[a]
+			if a != w && a.Owner != w.Owner && lostAhead(ops, lost[w.Lock], w, a) {
+				sinceA = max(sinceA, w.Queued+6*time.Millisecond)
+			}
+			if a == w || a.Owner == w.Owner || sinceA <= w.Queued+5*time.Millisecond || !overtook(a, w) {
 				continue
 			}
 			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
@@ -811,6 +815,35 @@ func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) [
 		}
 	}
 	return out
+}
+
+// lostAhead reports whether a grant whose reply a fault lost shows w's
+// owner ahead of a's in the queue: granted, while w waited and before a's
+// grant, to the one owner of w's client that acquires w's lock then. A
+// grant goes to the queue's head (or to a free lock nobody waits for), so
+// a's owner was then behind w's or not queued: whatever queue position an
+// earlier call of a's owner may have left (queuedSince), it was behind.
+func lostAhead(ops []*Op, lost map[int64]LostGrant, w, a *Op) bool {
+	for _, g := range lost {
+		if g.Client != w.Client || g.Sent < w.Queued || g.Ran > w.Return || g.Ran >= a.Return || !soleOfClient(ops, w, g) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// soleOfClient reports whether w's owner is the only owner of w's client
+// with an acquire of w's lock in flight around g (the lost grant names no
+// owner).
+func soleOfClient(ops []*Op, w *Op, g LostGrant) bool {
+	for _, op := range ops {
+		if op.Lock == w.Lock && op.Client == w.Client && op.Owner != w.Owner && op.Kind.acquire() &&
+			op.Call <= g.Ran && op.Return+5*time.Second >= g.Sent {
+			return false
+		}
+	}
+	return true
 }
 
 // servedSibling reports whether w's place in the queue went to a sibling
@@ -986,6 +1019,9 @@ func lostGrants(faults []Fault) map[string]map[int64]LostGrant {
 	out := map[string]map[int64]LostGrant{}
 	for _, f := range faults {
 		for _, g := range f.Lost {
+			if g.Client == "" {
+				g.Client = f.Target // a history saved before grants named their client
+			}
 			if out[g.Lock] == nil {
 				out[g.Lock] = map[int64]LostGrant{}
 			}

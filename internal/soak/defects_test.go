@@ -186,3 +186,48 @@ func TestCheckFIFOSiblingStillWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFIFOLostGrantOrdersQueue: x's earlier Lock timed out just
+// before its next one, so x may have kept its place from then
+// (queuedSince) - but a grant to s, whose reply was lost, while s's Lock
+// waited and x's call was in flight shows s at the head, x behind: x's
+// grant before s's is an overtaking (seed 142570436462589, issue 46
+// defect 1). Without the lost grant, or with another owner of s's client
+// acquiring the lock then (the grant names no owner), it is not shown.
+func TestCheckFIFOLostGrantOrdersQueue(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		lost, other bool
+		want        int
+	}{
+		{"a lost grant to s", true, false, 1},
+		{"no lost grant", false, false, 0},
+		{"another owner of s's client", true, true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "x", Client: "cx", Call: 10 * msec, Queued: 12 * msec, Return: 198 * msec,
+				Limit: 188 * msec, Err: "context deadline exceeded", Canceled: true})
+			sHold := hold("L", "s", 8, 1300*msec, 1400*msec)
+			sHold.Client, sHold.Called = "cs", 140*msec
+			h.AddHold(sHold)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 140 * msec, Queued: 141 * msec, Return: 1300 * msec,
+				Limit: 3 * time.Second, Hold: sHold, New: true})
+			x := hold("L", "x", 5, 370*msec, 0)
+			x.Client = "cx"
+			acquire(h, x, 219*msec).Queued = 220 * msec
+			releaseHold(h, x, 490*msec, 495*msec)
+			if c.other {
+				h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "s2", Client: "cs", Call: 340 * msec, Return: 341 * msec, Err: "lock: not acquired", NotAcq: true})
+			}
+			f := Fault{Kind: FaultReplyLost, Target: "cs", Start: 350 * msec, End: 600 * msec, Detail: "acquire L"}
+			if c.lost {
+				f.Lost = []LostGrant{{Lock: "L", Client: "cs", Token: 4, Sent: 350 * msec, Ran: 352 * msec}}
+			}
+			h.AddFault(f)
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}

@@ -240,6 +240,7 @@ type Fault struct {
 // and drew Token on Lock before its reply came at Ran.
 type LostGrant struct {
 	Lock      string
+	Client    string `json:",omitempty"` // the client whose request it was
 	Token     int64
 	Sent, Ran time.Duration
 }

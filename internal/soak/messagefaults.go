@@ -184,7 +184,7 @@ func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, th
 	if hit.Err != nil {
 		f.Detail += "; the server did not answer it: " + hit.Err.Error()
 	}
-	f.Lost = n.lostGrants(hit)
+	f.Lost = n.lostGrants(c, hit)
 	if len(f.Lost) > 0 {
 		f.Detail += fmt.Sprintf("; %d grants lost", len(f.Lost))
 	}
@@ -193,14 +193,14 @@ func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, th
 
 // lostGrants are the grants among hit's lost replies: acquire.lua's
 // reply {1, token, count} (RULES.md, Keyspace), the lock its first key.
-func (n *nemesis) lostGrants(hit faultybackend.Hit) []LostGrant {
+func (n *nemesis) lostGrants(c *goClient, hit faultybackend.Hit) []LostGrant {
 	if hit.Script != "acquire" || len(hit.Keys) == 0 {
 		return nil
 	}
 	var out []LostGrant
 	for _, l := range hit.Lost {
 		if v, err := l.Reply.AsInts(); err == nil && len(v) == 3 && v[0] == 1 {
-			out = append(out, LostGrant{Lock: hit.Keys[0], Token: v[1], Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
+			out = append(out, LostGrant{Lock: hit.Keys[0], Client: c.label, Token: v[1], Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
 		}
 	}
 	return out
