@@ -77,6 +77,9 @@ type Fault struct {
 	// attempts on one lock) meet it too, as behind a connection whose
 	// replies are lost for a while.
 	For time.Duration
+	// Key, when not empty, is the first key the fault's requests must
+	// have (one lock's); requests on other keys pass it by.
+	Key string
 }
 
 // Hit is what an armed fault did to the requests it took.
@@ -91,6 +94,16 @@ type Hit struct {
 	Ran, Returned time.Time
 	Err           error // the first error the wrapped backend returned (nil: every script ran)
 	Requests      int   // how many requests the fault took
+	// Lost are the replies LoseReply dropped (of Eval and EvalWait; a
+	// batch's are not kept), each with when its request was sent and its
+	// reply came: what the script did, though its caller never heard.
+	Lost []Lost
+}
+
+// Lost is one reply LoseReply dropped.
+type Lost struct {
+	Sent, Ran time.Time
+	Reply     backend.Reply
 }
 
 // faultErr marks an error the fault made (not the wrapped backend).
@@ -178,12 +191,12 @@ func (f *Faulty) take(name string, keys []string) *armed {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.armed
-	if a == nil || !a.matches(name) {
-		return nil
-	}
 	key := ""
 	if len(keys) > 0 {
 		key = keys[0]
+	}
+	if a == nil || !a.matches(name) || a.Fault.Key != "" && key != a.Fault.Key {
+		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -246,6 +259,21 @@ func (a *armed) ran(at time.Time, err error) {
 	a.report()
 }
 
+// lost records the reply of a request sent at sent, which came at ran and
+// was dropped.
+func (a *armed) lost(sent, ran time.Time, r any) {
+	rep, ok := r.(backend.Reply)
+	if w, isWaited := r.(waited); isWaited {
+		rep, ok = w.r, true
+	}
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rep.Lost = append(a.rep.Lost, Lost{Sent: sent, Ran: ran, Reply: rep})
+}
+
 func (a *armed) returned(at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -271,8 +299,10 @@ func run[R any](f *Faulty, ctx context.Context, a *armed, send func(context.Cont
 	if a.Mode == HoldBack {
 		return holdBack(f, ctx, a, send)
 	}
+	sent := time.Now()
 	r, err := send(ctx)
-	a.ran(time.Now(), err)
+	ranAt := time.Now()
+	a.ran(ranAt, err)
 	defer func() { a.returned(time.Now()) }()
 	if err != nil {
 		return r, err // nothing ran to lose the reply of
@@ -284,8 +314,10 @@ func run[R any](f *Faulty, ctx context.Context, a *armed, send func(context.Cont
 		if a.Mode == DelayReply {
 			return r, nil
 		}
+		a.lost(sent, ranAt, r)
 		return lose(r), faultErr{fmt.Errorf("faultybackend: the reply was lost after the script ran: %w", ErrReplyLost)}
 	case <-ctx.Done():
+		a.lost(sent, ranAt, r)
 		return lose(r), faultErr{fmt.Errorf("faultybackend: no reply before the caller gave up (the script ran): %w", ctx.Err())}
 	}
 }
@@ -379,6 +411,12 @@ func (f *Faulty) Close() error { return f.inner.Close() }
 // Wait waits until no held-back request is on its way.
 func (f *Faulty) Wait() { f.wg.Wait() }
 
+// waited is EvalWait's reply.
+type waited struct {
+	r     backend.Reply
+	acked int
+}
+
 // evalWait is ReplicaWaiter's EvalWait on the wrapped backend, under the
 // armed fault: the script and its WAIT are one request.
 func (f *Faulty) evalWait(ctx context.Context, s *backend.Script, keys, args []string, replicas int, timeout time.Duration) (backend.Reply, int, error) {
@@ -386,10 +424,6 @@ func (f *Faulty) evalWait(ctx context.Context, s *backend.Script, keys, args []s
 	a := f.take(s.Name, keys)
 	if a == nil {
 		return rw.EvalWait(ctx, s, keys, args, replicas, timeout)
-	}
-	type waited struct {
-		r     backend.Reply
-		acked int
 	}
 	w, err := run(f, ctx, a, func(ctx context.Context) (waited, error) {
 		r, n, err := rw.EvalWait(ctx, s, keys, args, replicas, timeout)

@@ -77,6 +77,10 @@ func TestLoseReply_ScriptRunsCallerGetsTimeout(t *testing.T) {
 	if h.Mode != LoseReply || h.Script != "incr" || h.Err != nil || h.Returned.Before(h.Ran) {
 		t.Errorf("hit %+v", h)
 	}
+	// The hit keeps the reply the caller never got: what the script did.
+	if len(h.Lost) != 1 || h.Lost[0].Reply.Int != 1 || h.Lost[0].Ran.Before(h.Lost[0].Sent) {
+		t.Errorf("hit's lost replies %+v, want one: 1", h.Lost)
+	}
 	r, err := b.Eval(ctx, incr, []string{"k"}, nil)
 	if err != nil || r.Int != 2 {
 		t.Fatalf("the next Eval: %v, %v; want 2 (the fault takes one request)", r, err)
@@ -212,6 +216,28 @@ func TestArm_ScriptsFilter(t *testing.T) {
 	}
 	if f.Disarm() {
 		t.Error("Disarm twice reported an armed fault")
+	}
+}
+
+// TestArm_KeyFilter: a fault with a Key passes requests on other keys by
+// and takes the first on its key.
+func TestArm_KeyFilter(t *testing.T) {
+	inner := dial(t)
+	b, f := Wrap(inner)
+	hits := f.Arm(Fault{Mode: LoseReply, Key: "mine"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.Eval(ctx, incr, []string{"other"}, nil); err != nil {
+		t.Fatalf("a request on another key: %v", err)
+	}
+	if !f.Armed() {
+		t.Fatal("a request on another key took the fault")
+	}
+	if _, err := b.Eval(ctx, incr, []string{"mine"}, nil); !errors.Is(err, ErrReplyLost) {
+		t.Fatalf("the request on the fault's key: %v, want ErrReplyLost", err)
+	}
+	if h := waitHit(t, hits); len(h.Keys) != 1 || h.Keys[0] != "mine" {
+		t.Errorf("hit %+v, want one on key mine", h)
 	}
 }
 

@@ -108,7 +108,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, ordered)...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered, lostGrants(faults))...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -317,11 +317,12 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 	}
 	var out []Violation
 	var lat []Latency
+	sole := newSoleHolds(ops, holds, b.Lease)
 	for _, h := range holds {
 		if h.Java {
 			continue
 		}
-		v, l, ok := noticeOf(h, enders[h.Lock], byLock[h.Lock], faults, stalls, b)
+		v, l, ok := noticeOf(h, enders[h.Lock], byLock[h.Lock], faults, stalls, b, sole)
 		switch {
 		case !ok:
 		case l != nil:
@@ -337,13 +338,13 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 // by call) ended it: a violation, or the latency when one call alone can
 // have ended it; ok false when none of them is known to have ended it
 // while its holder was to be told.
-func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []Stall, b Bounds) (Violation, *Latency, bool) {
+func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, *Latency, bool) {
 	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
 	next := time.Duration(1 << 62) // the next ending call after the grant
 	if i < len(enders) {
 		next = enders[i].Call
 	}
-	if v, bad := endedInFlight(h, enders[:i], others, next, faults, stalls, b); bad {
+	if v, bad := endedInFlight(h, enders[:i], others, next, faults, stalls, b, sole); bad {
 		return v, nil, true
 	}
 	if i == len(enders) {
@@ -394,9 +395,9 @@ func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []St
 // watchdog's tick). A hold with a lease of its own may have ended by it,
 // and one still open at the end of the history tells nothing; nor does a
 // call that ended an earlier hold of the lock (endedOther).
-func endedInFlight(h *Hold, before []*Op, others []*Hold, next time.Duration, faults []Fault, stalls []Stall, b Bounds) (Violation, bool) {
+func endedInFlight(h *Hold, before []*Op, others []*Hold, next time.Duration, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, bool) {
 	done, why := h.Done()
-	if done == 0 || done > next || h.Lease > 0 || !strings.Contains(why, lostErr) {
+	if done == 0 || done > next || !strings.Contains(why, lostErr) || strings.Contains(why, unlockGaveUp) {
 		return Violation{}, false
 	}
 	var deadline time.Duration
@@ -408,7 +409,8 @@ func endedInFlight(h *Hold, before []*Op, others []*Hold, next time.Duration, fa
 			}
 		}
 	}
-	if by == nil || done <= deadline+lateness(stalls, h.Acquired-stallNear, done+stallNear) {
+	if by == nil || done <= deadline+lateness(stalls, h.Acquired-stallNear, done+stallNear) ||
+		h.Lease > 0 && !sole.onlyGrant(h, by) {
 		return Violation{}, false
 	}
 	if u := h.Unlocking(); u > 0 && u < deadline || faultDuring(faults, h.Client, h.Called, done, 0) {
@@ -442,8 +444,103 @@ func endedOther(o *Op, h *Hold, others []*Hold, b Bounds) bool {
 // force-unlocked or deleted.
 const forcedErr = "force-unlocked or deleted by another client"
 
+// soleHolds are the Go holds of the locks only one owner acquires (a
+// soak's private locks), by lock, for endedInFlight: a hold with a lease
+// of its own may have been granted after the call that overlapped its
+// grant and simply run out, unless that call removed a grant and the
+// hold's was the only one it can have been.
+type soleHolds struct {
+	holds  map[string][]*Hold
+	failed map[string][]*Op // acquires that failed, their outcome unknown: a grant the history lacks
+	closes map[string][]*Op // Client.Close by client: a hold it failed to release lives on for a lease
+	lease  time.Duration    // the clients' lease: how long such a grant may live on the server
+}
+
+// newSoleHolds finds the locks whose acquires are all one Go owner's -
+// one client's, one owner ID, across the client's reopenings (each
+// reopened client names its owners anew) - for a client lease.
+func newSoleHolds(ops []*Op, holds []*Hold, lease time.Duration) *soleHolds {
+	owner := map[string]string{}
+	for _, op := range ops {
+		if !op.Kind.acquire() {
+			continue
+		}
+		who := op.Client + "/" + op.Owner[strings.LastIndexByte(op.Owner, ':')+1:]
+		if o, ok := owner[op.Lock]; !ok && !op.Java {
+			owner[op.Lock] = who
+		} else if op.Java || o != who {
+			owner[op.Lock] = "" // shared
+		}
+	}
+	sole := &soleHolds{holds: map[string][]*Hold{}, failed: map[string][]*Op{}, closes: map[string][]*Op{}, lease: lease}
+	for _, op := range ops {
+		if op.Kind == KindClose {
+			sole.closes[op.Client] = append(sole.closes[op.Client], op)
+		}
+	}
+	for _, h := range holds {
+		if owner[h.Lock] != "" && !h.Java {
+			sole.holds[h.Lock] = append(sole.holds[h.Lock], h)
+		}
+	}
+	for _, op := range ops {
+		if owner[op.Lock] != "" && op.Kind.acquire() && op.Err != "" && !op.NotAcq {
+			sole.failed[op.Lock] = append(sole.failed[op.Lock], op)
+		}
+	}
+	return sole
+}
+
+// soleMargin is how long before a hold-ending call every earlier hold of
+// its lock must have ended, as its client saw it, to be out of its reach:
+// a client times a lease from its request, a little before the server.
+const soleMargin = 100 * time.Millisecond
+
+// onlyGrant reports whether e, an ending call that removed something and
+// overlapped h's grant, can only have removed h's: h's lock is one
+// owner's, and every other hold of it acquired before e returned had
+// ended well before e was called, and no acquire of it failed lately
+// (its grant, if any, unknown), nor did its client close (a hold it
+// failed to release).
+func (s *soleHolds) onlyGrant(h *Hold, e *Op) bool {
+	if s == nil || !e.Released {
+		return false
+	}
+	hs, ok := s.holds[h.Lock]
+	if !ok {
+		return false
+	}
+	for _, op := range s.failed[h.Lock] {
+		// A held-back request may run seconds after its call gave up.
+		if op.Call < e.Return && op.Return > e.Call-s.lease-5*time.Second {
+			return false
+		}
+	}
+	for _, op := range s.closes[h.Client] {
+		// Renewals stop at Close: a hold it failed to release lasts a lease.
+		if op.Call < e.Return && op.Return > e.Call-s.lease-time.Second {
+			return false
+		}
+	}
+	for _, o := range hs {
+		if o == h || o.Acquired >= e.Return {
+			continue
+		}
+		if done, _ := o.Done(); done == 0 || done > e.Call-soleMargin {
+			return false
+		}
+	}
+	return true
+}
+
 // lostErr is the text of lock's ErrLockLost.
 var lostErr = lock.ErrLockLost.Error()
+
+// unlockGaveUp is in the error a hold ends with when its own Unlock gave
+// up before its release was sent (lock/unlock.go): the client marks it
+// lost since it cannot know, which says nothing of the server (seed
+// 210439279907358: two holds whose Unlocks the run's end cancelled).
+const unlockGaveUp = "unlock gave up before its release was sent"
 
 // noticeBound is how long after e returned h's holder may learn of it:
 // the notice bound, or the watchdog's tick for a DEL by hand or a
@@ -708,7 +805,7 @@ func lateness(stalls []Stall, from, to time.Duration) time.Duration {
 // started after the waiter had queued. Left out: pairs with a fault on
 // the waiter's client or the server, a delete of the lock (its waiters
 // queue again) or a Close of the waiter's client in between.
-func checkFIFO(ops []*Op, faults []Fault) []Violation {
+func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) []Violation {
 	var out []Violation
 	grants := map[string][]*Op{} // new holds by lock, by return
 	for _, a := range ops {
@@ -735,11 +832,16 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 		g := grants[w.Lock]
 		for i := sort.Search(len(g), func(i int) bool { return g[i].Return > w.Queued }); i < len(g) && g[i].Return <= w.Return; i++ {
 			a := g[i]
-			if a == w || a.Owner == w.Owner || since[a] <= w.Queued+5*time.Millisecond || !overtook(a, w) {
+			sinceA := since[a]
+			if a != w && a.Owner != w.Owner && lostAhead(ops, lost[w.Lock], w, a) {
+				sinceA = max(sinceA, w.Queued+6*time.Millisecond)
+			}
+			if a == w || a.Owner == w.Owner || sinceA <= w.Queued+5*time.Millisecond || !overtook(a, w) {
 				continue
 			}
 			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
-				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], w, a) {
+				servedSibling(ops, w, a, since[a]) ||
+				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], lost[w.Lock], w, a) {
 				continue
 			}
 			out = append(out, Violation{"fifo", w.Lock, a.Return,
@@ -747,6 +849,60 @@ func checkFIFO(ops []*Op, faults []Fault) []Violation {
 		}
 	}
 	return out
+}
+
+// lostAhead reports whether a grant whose reply a fault lost shows w's
+// owner ahead of a's in the queue: granted, while w waited and before a's
+// grant, to the one owner of w's client that acquires w's lock then. A
+// grant goes to the queue's head (or to a free lock nobody waits for), so
+// a's owner was then behind w's or not queued: whatever queue position an
+// earlier call of a's owner may have left (queuedSince), it was behind.
+func lostAhead(ops []*Op, lost map[int64]LostGrant, w, a *Op) bool {
+	for _, g := range lost {
+		if g.Client != w.Client || g.Sent < w.Queued || g.Ran > w.Return || g.Ran >= a.Return || !soleOfClient(ops, w, g) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// soleOfClient reports whether w's owner is the only owner of w's client
+// with an acquire of w's lock in flight around g (the lost grant names no
+// owner).
+func soleOfClient(ops []*Op, w *Op, g LostGrant) bool {
+	for _, op := range ops {
+		if op.Lock == w.Lock && op.Client == w.Client && op.Owner != w.Owner && op.Kind.acquire() &&
+			op.Call <= g.Ran && op.Return+5*time.Second >= g.Sent {
+			return false
+		}
+	}
+	return true
+}
+
+// servedSibling reports whether w's place in the queue went to a sibling
+// call before a, which queued at since, was granted: one owner's calls at
+// once wait in one queue entry, the owner's, and a new hold returned to
+// another of them while w waited took that entry up; once that hold
+// ended, w waits anew. Only an a that queued before the hold ended is
+// excused (seed 210439279907358: a shared owner's TryLock granted, the
+// hold force-unlocked 20 ms later, its Lock queued again behind two Java
+// threads that had queued meanwhile).
+func servedSibling(ops []*Op, w, a *Op, since time.Duration) bool {
+	for _, p := range ops {
+		if p == w || p.Owner != w.Owner || p.Lock != w.Lock || !p.Kind.acquire() || p.Hold == nil || !p.New ||
+			p.Hold == w.Hold || p.Return < w.Queued || p.Return > a.Return {
+			continue
+		}
+		done, _ := p.Hold.Done()
+		if done == 0 {
+			done = a.Return
+		}
+		if since <= max(p.Return, done)+5*time.Millisecond {
+			return true
+		}
+	}
+	return false
 }
 
 // overtook reports whether a, a new hold, was granted while w still
@@ -840,12 +996,17 @@ func disturbed(ops []*Op, w *Op, until time.Duration) bool {
 // a was granted, and either a fencing token nobody returned with, drawn
 // then, or - when no Go grant returned after the call, so no later token
 // can show one missing (a run's end) - no hold the history knows of that
-// the call could have removed.
-func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
-	gap := false
-	for i := 1; i < len(byToken) && !gap; i++ {
+// the call could have removed. A missing token whose grant's reply a
+// fault lost (lost, by token) was drawn after its request was sent: a
+// call that returned before that cannot have ended it (issue 46 defect 1:
+// a shared owner's grants, their replies lost, after a DEL by hand).
+func grantEnded(ops []*Op, byToken []*Op, lost map[int64]LostGrant, w, a *Op) bool {
+	var missing []int64 // tokens nobody returned with, drawn while w waited
+	for i := 1; i < len(byToken); i++ {
 		prev, next := byToken[i-1], byToken[i]
-		gap = next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return
+		if next.Hold.Token > prev.Hold.Token+1 && next.Return > w.Queued && prev.Call < a.Return {
+			missing = appendMissing(missing, prev.Hold.Token, next.Hold.Token)
+		}
 	}
 	var lastGo time.Duration // the last Go grant's return
 	for _, g := range byToken {
@@ -853,11 +1014,57 @@ func grantEnded(ops []*Op, byToken []*Op, w, a *Op) bool {
 	}
 	for _, e := range ops {
 		if e.Kind.ends() && e.Lock == w.Lock && e.Released && e.Err == "" && e.Return > w.Queued && e.Call < a.Return &&
-			(gap || lastGo < e.Call && removedUnseen(ops, e)) {
+			(endable(missing, lost, e) || lastGo < e.Call && removedUnseen(ops, e)) {
 			return true
 		}
 	}
 	return false
+}
+
+// maxMissing bounds the tokens appendMissing lists of one gap; a longer
+// gap counts as one token of unknown grant.
+const maxMissing = 64
+
+// appendMissing appends the tokens strictly between from and to.
+func appendMissing(dst []int64, from, to int64) []int64 {
+	if to-from-1 > maxMissing {
+		return append(dst, -1)
+	}
+	for t := from + 1; t < to; t++ {
+		dst = append(dst, t)
+	}
+	return dst
+}
+
+// endable reports whether e may have ended the grant of one of the
+// missing tokens: one whose grant is not known, or was sent before e
+// returned.
+func endable(missing []int64, lost map[int64]LostGrant, e *Op) bool {
+	for _, t := range missing {
+		if g, ok := lost[t]; !ok || g.Sent < e.Return {
+			return true
+		}
+	}
+	return false
+}
+
+// lostGrants maps lock and token to the grants whose replies faults lost.
+func lostGrants(faults []Fault) map[string]map[int64]LostGrant {
+	out := map[string]map[int64]LostGrant{}
+	for _, f := range faults {
+		for _, g := range f.Lost {
+			if g.Client == "" {
+				g.Client = f.Target // a history saved before grants named their client
+			}
+			if out[g.Lock] == nil {
+				out[g.Lock] = map[int64]LostGrant{}
+			}
+			if p, ok := out[g.Lock][g.Token]; !ok || g.Sent < p.Sent {
+				out[g.Lock][g.Token] = g // a re-entry's reply names the token again: the first grant drew it
+			}
+		}
+	}
+	return out
 }
 
 // removedUnseen reports whether e, a hold-ending call that removed a
@@ -883,7 +1090,8 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // leaves the queue only when tryLock gives up; fairlock's cleanup after
 // an error is best effort), back to the owner's last clean outcome - or
 // the call of an acquire of the owner that got no hold (or a's own, as a
-// re-entry) and was still in flight when a later one of the chain began: one owner's calls at once
+// re-entry, or a hold of its own only after a returned) and was still in
+// flight when a later one of the chain began: one owner's calls at once
 // (a Mutex two goroutines share) wait in one queue entry, the owner's, and
 // one that gives up leaves it to the others (RULES.md B3).
 func queuedSince(ops []*Op, a *Op) time.Duration {
@@ -893,7 +1101,7 @@ func queuedSince(ops []*Op, a *Op) time.Duration {
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
 		}
-		if (p.Hold == nil || p.Hold == a.Hold) && p.Return >= since {
+		if (p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return) && p.Return >= since {
 			// A sibling call: the entry may be its - and when both were
 			// granted the one hold, which of the two returned first with
 			// it (the new hold, as recorded) says nothing of who queued.

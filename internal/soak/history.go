@@ -231,6 +231,18 @@ type Fault struct {
 	Locks []string `json:",omitempty"`
 	// Detail says which request a message-level fault took.
 	Detail string `json:",omitempty"`
+	// Lost are the grants a FaultReplyLost took the replies of: the
+	// owner was granted, and never heard.
+	Lost []LostGrant `json:",omitempty"`
+}
+
+// LostGrant is a grant whose reply was lost: the acquire was sent at Sent
+// and drew Token on Lock before its reply came at Ran.
+type LostGrant struct {
+	Lock      string
+	Client    string `json:",omitempty"` // the client whose request it was
+	Token     int64
+	Sent, Ran time.Duration
 }
 
 // messageLevel reports whether k is a fault on one message (a reply lost,

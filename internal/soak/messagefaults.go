@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
@@ -23,6 +22,9 @@ import (
 // them; false when it ran none. They are short and cut nobody off, so
 // they take half the nemesis' turns and leave the other faults theirs.
 func (n *nemesis) messageFault(target string) ([]Fault, bool) {
+	if f, ok := n.sharedFault(); ok {
+		return []Fault{f}, true
+	}
 	c := n.goClient(target)
 	r := n.rnd.IntN(20)
 	if c == nil || r >= 10 {
@@ -30,9 +32,9 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 	}
 	var kind FaultKind
 	switch {
-	case r < 4:
+	case r < 3:
 		kind = FaultReplyLost
-	case r < 8:
+	case r < 6:
 		kind = FaultHoldBack
 	default:
 		kind = FaultNoticeBurst
@@ -41,6 +43,11 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 		return nil, false
 	}
 	if kind == FaultNoticeBurst {
+		if u := n.unwatched(); u != nil && n.rnd.IntN(2) == 0 {
+			// A client without key watches hears of a loss only by
+			// message: a burst matters most there (issue 46 defect 2).
+			c = u
+		}
 		return []Fault{n.burst(c)}, true
 	}
 	var out []Fault
@@ -62,6 +69,17 @@ func (n *nemesis) goClient(label string) *goClient {
 	return nil
 }
 
+// unwatched returns the first Go client whose adapter watches no keys
+// (nil: none).
+func (n *nemesis) unwatched() *goClient {
+	for _, c := range n.clients {
+		if !c.adapter.Watches {
+			return c
+		}
+	}
+	return nil
+}
+
 // faultScripts are the scripts a message-level fault may take: half the
 // time an acquire's attempt (whose lost grant is what issue 46 defect 1
 // needs), a quarter the others a holder or waiter sends, a quarter any.
@@ -70,9 +88,9 @@ var faultScripts = [][]string{{"acquire"}, {"acquire"}, {"unlock", "leave", "ren
 // armWithin bounds how long an armed fault waits for a request to take it.
 const armWithin = 3 * time.Second
 
-// armOne arms c's backend with one fault of kind and waits for a request
-// to take it; it returns the fault as it happened, false when no request
-// took it in time.
+// armOne draws one fault of kind on c's backend and arms it (arm): a
+// reply lost, or a request held back, on any request or for a while on
+// one owner's attempts.
 func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Delay: time.Duration(n.rnd.IntN(300)) * time.Millisecond,
 		Scripts: faultScripts[n.rnd.IntN(len(faultScripts))]}
@@ -87,8 +105,56 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 		// 46 defect 1 needs that).
 		fault.Scripts, fault.For = []string{"acquire"}, time.Duration(200+n.rnd.IntN(1300))*time.Millisecond
 	}
+	return n.arm(c, kind, fault, nil)
+}
+
+// sharedFault, two times in three while a shared owner's calls at once
+// are in flight (Lock and TryLock of one Mutex, both), loses every reply
+// to that owner's attempts on its lock for 0.3-1.5 s, three times in four
+// just after the lock's hash was DELeted by hand, which frees it without a
+// message to its waiters: issue 46 defect 1's window (a call that gives
+// up with each of its grants' replies lost, its sibling still waiting).
+// false when it ran none.
+func (n *nemesis) sharedFault() (Fault, bool) {
+	if n.sharing == nil || slices.Contains(n.without, FaultReplyLost) || n.rnd.IntN(3) == 0 {
+		return Fault{}, false
+	}
+	now := n.sharing.list()
+	if len(now) == 0 {
+		return Fault{}, false
+	}
+	pick := now[n.rnd.IntN(len(now))]
+	c := n.goClient(pick[0])
+	if c == nil {
+		return Fault{}, false
+	}
+	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Scripts: []string{"acquire"}, Key: pick[1],
+		For: time.Duration(300+n.rnd.IntN(1200)) * time.Millisecond}
+	var free func()
+	if n.rnd.IntN(4) != 0 {
+		free = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n.admin.evict(ctx, c, pick[1], KindDelHash)
+		}
+	}
+	f, ok := n.arm(c, FaultReplyLost, fault, free)
+	f.Detail += "; aimed at a pair of calls at once"
+	if free != nil {
+		f.Detail += ", after a DEL by hand"
+	}
+	return f, ok
+}
+
+// arm arms c's backend with fault, runs then (when not nil), and waits
+// for a request to take the fault; it returns the fault as it happened,
+// false when no request took it in time.
+func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, then func()) (Fault, bool) {
 	fb := c.faults()
 	hits := fb.Arm(fault)
+	if then != nil {
+		then()
+	}
 	t := time.NewTimer(armWithin)
 	defer t.Stop()
 	var hit faultybackend.Hit
@@ -118,7 +184,26 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	if hit.Err != nil {
 		f.Detail += "; the server did not answer it: " + hit.Err.Error()
 	}
+	f.Lost = n.lostGrants(c, hit)
+	if len(f.Lost) > 0 {
+		f.Detail += fmt.Sprintf("; %d grants lost", len(f.Lost))
+	}
 	return f, true
+}
+
+// lostGrants are the grants among hit's lost replies: acquire.lua's
+// reply {1, token, count} (RULES.md, Keyspace), the lock its first key.
+func (n *nemesis) lostGrants(c *goClient, hit faultybackend.Hit) []LostGrant {
+	if hit.Script != "acquire" || len(hit.Keys) == 0 {
+		return nil
+	}
+	var out []LostGrant
+	for _, l := range hit.Lost {
+		if v, err := l.Reply.AsInts(); err == nil && len(v) == 3 && v[0] == 1 {
+			out = append(out, LostGrant{Lock: hit.Keys[0], Client: c.label, Token: v[1], Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
+		}
+	}
+	return out
 }
 
 // burstSize is how many messages a notice burst sends on each of its
@@ -126,8 +211,8 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 const burstSize = 4 * backend.SubscriptionBuffer
 
 // burst floods c's channel (where its loss notices come) and its owners'
-// wake-up channels on the shared locks with burstSize messages each, in
-// one pipeline, while every lock is force-unlocked at once - and, when
+// wake-up channels on the shared locks, round after round of burstSize
+// messages each (flood), while every lock is force-unlocked at once - and, when
 // one of c's acquires comes within armWithin, while that acquire's reply
 // is held back after its script ran (issue 46 defect 2: the notice that
 // its grant was force-unlocked is among what the subscription summarises).
@@ -148,26 +233,18 @@ func (n *nemesis) burst(c *goClient) Fault {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	by, spare := n.clients[n.rnd.IntN(len(n.clients))], n.rnd.IntN(4) != 0
-	var wg sync.WaitGroup
-	wg.Add(1)
+	forced := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(forced)
 		n.admin.forceAll(ctx, by, spare)
 	}()
-	pipe := n.raw.Pipeline()
-	for range burstSize {
-		for _, ch := range channels {
-			// Redisson's unlock message: a waiter checks again, the
-			// client's own channel reads it as nothing.
-			pipe.Publish(ctx, ch, "0")
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	rounds, err := n.flood(ctx, channels, forced)
+	if err != nil {
 		f.Detail = "PUBLISH: " + err.Error()
 	}
-	wg.Wait()
+	<-forced
 	if f.Detail == "" {
-		f.Detail = fmt.Sprintf("%d messages on each of %s", burstSize, strings.Join(channels, ", "))
+		f.Detail = fmt.Sprintf("%d messages on each of %s", rounds*burstSize, strings.Join(channels, ", "))
 	}
 	if !fb.Disarm() {
 		select {
@@ -179,6 +256,36 @@ func (n *nemesis) burst(c *goClient) Fault {
 	}
 	f.End = n.h.Now()
 	return f
+}
+
+// maxFloodRounds bounds a burst's rounds of burstSize messages.
+const maxFloodRounds = 20
+
+// flood publishes burstSize messages on each of channels, in one
+// pipeline a round, round after round until forced is closed and one
+// round more (at most maxFloodRounds): the force-unlocks' loss notices
+// come in the middle of a flood, while the client's queue is full, not
+// after a flood it may have drained. It returns the rounds sent.
+func (n *nemesis) flood(ctx context.Context, channels []string, forced <-chan struct{}) (int, error) {
+	last := false
+	for rounds := 1; ; rounds++ {
+		pipe := n.raw.Pipeline()
+		for range burstSize {
+			for _, ch := range channels {
+				// Redisson's unlock message: a waiter checks again, the
+				// client's own channel reads it as nothing.
+				pipe.Publish(ctx, ch, "0")
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil || last || rounds == maxFloodRounds {
+			return rounds, err
+		}
+		select {
+		case <-forced:
+			last = true
+		default:
+		}
+	}
 }
 
 // burstChannels are c's channel and its shared-lock owners' wake-up

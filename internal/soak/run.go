@@ -92,7 +92,7 @@ func Run(t *testing.T, cfg Config) Result {
 	stalls := watchStalls(w.h)
 	defer stalls()
 	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split, clients: w.clients, admin: ad,
-		names: lockNames(len(w.clients)), without: cfg.Without, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+		names: lockNames(len(w.clients)), without: cfg.Without, sharing: &w.sharing, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
 	runFaults(cfg, nm.step)
 	w.finish()
 	return w.result(t, admin, nm.count)
@@ -134,6 +134,7 @@ type workload struct {
 	javas   []*javaOwner
 	jbs     []backend.Backend // the Java owners' backends, closed by closeJavas
 	long    longHolds         // the locks in a long hold now
+	sharing sharedNow         // the shared owners' calls at once in flight now
 
 	ctx  context.Context
 	stop context.CancelFunc
@@ -192,7 +193,7 @@ func (w *workload) startOwners() {
 	for i, c := range w.clients {
 		names := append(append([]string{}, sharedNames...), privateNames(i)...)
 		for k, name := range names {
-			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease, long: &w.long,
+			o := &goOwner{id: int64(100 + k), name: name, c: c, h: w.h, lease: w.cfg.Lease, long: &w.long, sharing: &w.sharing,
 				rnd: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i*16+k))), private: k >= len(sharedNames)}
 			w.owners = append(w.owners, o)
 			w.loop(o.step)
@@ -465,6 +466,7 @@ type nemesis struct {
 	admin   *adminActor // a notice burst force-unlocks every lock through it
 	names   []string    // every lock the workload uses
 	without []FaultKind
+	sharing *sharedNow // the shared owners' calls at once, which some faults aim at
 	rnd     *rand.Rand
 	count   map[FaultKind]int
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 // two owners overtaking each other.
 func (o *goOwner) sharedCalls(ctx context.Context, m *lock.Mutex) {
 	plan := o.sharedPlan()
+	both := &pairMark{mark: func() func() { return o.sharing.during(o.c.label, o.name) }}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range plan {
@@ -30,10 +33,39 @@ func (o *goOwner) sharedCalls(ctx context.Context, m *lock.Mutex) {
 			if c.after > 0 && !sleepFor(ctx, c.after) {
 				return
 			}
+			both.start()
+			defer both.stop()
 			o.acquireOne(ctx, m, c.kind, c.arg, c.limit, c.cancelAfter, &mu)
 		}()
 	}
 	wg.Wait()
+}
+
+// pairMark marks (mark) while both of a pair of calls run: from the
+// second's start to the first end.
+type pairMark struct {
+	mark func() (unmark func())
+
+	mu      sync.Mutex
+	running int
+	unmark  func()
+}
+
+func (p *pairMark) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running++; p.running == 2 {
+		p.unmark = p.mark()
+	}
+}
+
+func (p *pairMark) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running--; p.unmark != nil {
+		p.unmark()
+		p.unmark = nil
+	}
 }
 
 // sharedCall is one of sharedCalls' two calls.
@@ -50,11 +82,59 @@ func (o *goOwner) sharedPlan() [2]sharedCall {
 		{kind: KindLock, limit: time.Duration(300+o.rnd.IntN(3000)) * time.Millisecond},
 		{kind: KindTryWait, arg: time.Duration(o.rnd.IntN(800)) * time.Millisecond, limit: 2 * time.Second},
 	}
-	plan[o.rnd.IntN(2)].after = time.Duration(o.rnd.IntN(50)) * time.Millisecond
+	// Half the time one starts while the other may wait already, up to
+	// past a waiter's heartbeat (a third of the 5-s waiter timeout).
+	late := 50
+	if o.rnd.IntN(2) == 0 {
+		late = 2000
+	}
+	plan[o.rnd.IntN(2)].after = time.Duration(o.rnd.IntN(late)) * time.Millisecond
 	if o.rnd.IntN(2) == 0 {
 		plan[o.rnd.IntN(2)].cancelAfter = time.Duration(20+o.rnd.IntN(400)) * time.Millisecond
 	}
 	return plan
+}
+
+// sharedNow are the shared owners' calls at once in flight now (both of
+// a pair), as client label and lock: the nemesis aims faults at them.
+type sharedNow struct {
+	mu  sync.Mutex
+	now map[[2]string]int
+}
+
+// during marks client's calls on name as in flight until the returned
+// function is called (a nil s marks nothing).
+func (s *sharedNow) during(client, name string) func() {
+	if s == nil {
+		return func() {}
+	}
+	k := [2]string{client, name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.now == nil {
+		s.now = map[[2]string]int{}
+	}
+	s.now[k]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.now[k]--; s.now[k] <= 0 {
+			delete(s.now, k)
+		}
+	}
+}
+
+// list returns the calls in flight, sorted (a seed's choice among them
+// depends on nothing else).
+func (s *sharedNow) list() [][2]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][2]string, 0, len(s.now))
+	for k := range s.now {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	return out
 }
 
 // sleepFor waits d, or until ctx ends; it reports whether d passed.

@@ -147,6 +147,7 @@ type goOwner struct {
 	lease   time.Duration // the client's
 	private bool          // the only owner of its lock
 	long    *longHolds    // where its long holds are marked
+	sharing *sharedNow    // where its calls at once are marked
 
 	hold  *Hold
 	lh    *lock.Hold
@@ -217,7 +218,8 @@ func (o *goOwner) acquire(ctx context.Context, m *lock.Mutex) {
 		o.acquireWith(ctx, m, KindLockLease, time.Duration(300+o.rnd.IntN(2700))*time.Millisecond, limit)
 	case r < 7:
 		o.acquireWith(ctx, m, KindTryOnce, 0, 2*time.Second)
-	case r == 9 && !o.private:
+	case r >= 8 && !o.private:
+		// One owner's calls at once, a fifth of a shared lock's acquires.
 		o.sharedCalls(ctx, m)
 	default:
 		o.acquireWith(ctx, m, KindTryWait, time.Duration(50+o.rnd.IntN(1500))*time.Millisecond, limit)
