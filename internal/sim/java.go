@@ -69,7 +69,7 @@ func (j *javaOwner) release(ctx context.Context, hd *soak.Hold) {
 	sleep(ctx, time.Duration(j.rnd.Int64N(int64(hold))))
 	u := &soak.Op{Kind: soak.KindJavaUnlock, Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Hold: hd}
 	u.Call = j.rec.h.Now()
-	j.rec.releasing(hd, u.Call)
+	hd.Releasing(u.Call)
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	if err := j.l.Unlock(uctx); err != nil {
 		u.Err = err.Error()

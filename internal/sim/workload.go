@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -123,7 +122,7 @@ func (o actor) acquireWith(ctx context.Context, kind soak.Kind, arg, limit time.
 	}
 	op.Return = o.rec.h.Now()
 	op.Queued = time.Duration(queued.Load())
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	if err == nil {
 		o.adopt(op, lh, kind, arg)
 	}
@@ -164,12 +163,12 @@ func (o *owner) unlock(ctx context.Context) {
 	op := &soak.Op{Kind: soak.KindUnlock, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: hold, Limit: 3 * time.Second}
 	op.Call = o.rec.h.Now()
 	if count == 1 {
-		o.rec.releasing(hold, op.Call)
+		hold.Releasing(op.Call)
 	}
 	err := o.m.Unlock(cctx)
 	op.Return = o.rec.h.Now()
 	op.Final = count == 1 && err == nil
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	o.rec.h.Add(op)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -189,7 +188,7 @@ func (o *owner) extend(ctx context.Context, hold *soak.Hold, lh *lock.Hold) {
 	op.Call = o.rec.h.Now()
 	err := o.m.Extend(cctx, lh, hold.Lease)
 	op.Return = o.rec.h.Now()
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	o.rec.h.Add(op)
 }
 
@@ -202,24 +201,8 @@ func forceUnlock(ctx context.Context, rec *recorder, m *lock.Mutex, client strin
 	released, err := m.ForceUnlock(cctx)
 	op.Return = rec.h.Now()
 	op.Released = released
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	rec.h.Add(op)
-}
-
-// classify records what err means, as the soak does; ctx is the run's.
-func classify(op *soak.Op, err error, ctx context.Context) {
-	if err == nil {
-		return
-	}
-	op.Err = err.Error()
-	op.NotAcq = errors.Is(err, lock.ErrNotAcquired)
-	op.Unavail = errors.Is(err, lock.ErrUnavailable)
-	op.Lost = errors.Is(err, lock.ErrLockLost)
-	op.NotHeld = errors.Is(err, lock.ErrNotHeld)
-	op.Canceled = errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	if ctx.Err() != nil || errors.Is(err, lock.ErrClosed) {
-		op.Limit = 0
-	}
 }
 
 // sleep waits d of virtual time, or until ctx ends.

@@ -18,7 +18,7 @@ const msec = time.Millisecond
 func hold(lock, owner string, token int64, at time.Duration, done time.Duration) *Hold {
 	h := &Hold{Lock: lock, Owner: owner, Client: owner + "-client", Token: token, Acquired: at, Watches: true}
 	if done > 0 {
-		h.ended(done, nil)
+		h.End(done, nil)
 	}
 	return h
 }
@@ -31,8 +31,8 @@ func acquire(h *History, hd *Hold, call time.Duration) *Op {
 
 // releaseHold records hd's owner's last Unlock, from call to ret.
 func releaseHold(h *History, hd *Hold, call, ret time.Duration) {
-	hd.releasing(call)
-	hd.ended(ret, nil)
+	hd.Releasing(call)
+	hd.End(ret, nil)
 	h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true})
 }
 
@@ -125,7 +125,7 @@ func TestCheckExclusionTickHeldUpByAFault(t *testing.T) {
 		j := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: 1135 * msec, Called: 1134 * msec, Lease: 5 * time.Second}
 		h.AddHold(j)
 		h.Add(&Op{Kind: KindJavaTryLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 1134 * msec, Return: 1135 * msec, Hold: j, New: true})
-		g.ended(1135*msec+6133*msec, errors.New("lock: lock lost: no longer held (lease ran out, force-unlocked or deleted)"))
+		g.End(1135*msec+6133*msec, errors.New("lock: lock lost: no longer held (lease ran out, force-unlocked or deleted)"))
 		if pause {
 			h.AddFault(Fault{Kind: FaultPause, Target: "server", Start: 1276 * msec, End: 5540 * msec})
 		}

@@ -34,7 +34,7 @@ func TestCheckFlagsSharedOwnerOvertaken(t *testing.T) {
 			h := NewHistory(1)
 			hh := hold("L", "h", 1, 5*msec, 0)
 			acquire(h, hh, 0)
-			hh.ended(150*msec, lock.ErrLockLost)
+			hh.End(150*msec, lock.ErrLockLost)
 			sHold := hold("L", "s", 4, 700*msec, 800*msec)
 			sHold.Client = "cs"
 			sHold.Called = 10 * msec
@@ -68,7 +68,7 @@ func TestCheckFlagsBurstLostNotice(t *testing.T) {
 	a := hold("L", "a", 1, 1700*msec, 0)
 	a.Watches = false
 	acquire(h, a, 1000*msec)
-	a.ended(1700*msec+8600*msec, lock.ErrLockLost)
+	a.End(1700*msec+8600*msec, lock.ErrLockLost)
 	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Client: "b", Call: 1200 * msec, Return: 1250 * msec, Released: true})
 	h.AddFault(Fault{Kind: FaultNoticeBurst, Target: a.Client, Start: 1100 * msec, End: 1800 * msec,
 		Detail: "256 messages on each of ...; the reply to acquire L held back 500ms after it ran"})
@@ -105,7 +105,7 @@ func TestCheckFIFOSiblingServed(t *testing.T) {
 			if c.siblingH {
 				th := hold("L", "s", 7, 200*msec, 0)
 				th.Client, th.Called = "cs", 150*msec
-				th.ended(230*msec, lock.ErrLockLost)
+				th.End(230*msec, lock.ErrLockLost)
 				h.AddHold(th)
 				try.Hold, try.New = th, true
 			} else {
@@ -114,7 +114,7 @@ func TestCheckFIFOSiblingServed(t *testing.T) {
 			h.Add(try)
 			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Client: "b", Call: 210 * msec, Return: 225 * msec, Released: true})
 			jh := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: 500 * msec, Called: c.jCall, Lease: 5 * time.Second}
-			jh.ended(600*msec, nil)
+			jh.End(600*msec, nil)
 			h.AddHold(jh)
 			h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: c.jCall, Return: 500 * msec, Hold: jh, New: true})
 			if got := checks(h)["fifo"]; got != c.want {
@@ -140,8 +140,8 @@ func TestCheckNoticesUnlockGaveUp(t *testing.T) {
 		h := NewHistory(1)
 		a := hold("L", "a", 1, 100*msec, 0)
 		acquire(h, a, 10*msec)
-		a.releasing(1200 * msec)
-		a.ended(1250*msec, errors.New(c.why))
+		a.Releasing(1200 * msec)
+		a.End(1250*msec, errors.New(c.why))
 		h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 40 * msec, Return: 99 * msec, Released: true})
 		if got := checks(h)["notice"]; got != c.want {
 			t.Errorf("%q: %d notice violations, want %d", c.why, got, c.want)

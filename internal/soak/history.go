@@ -121,8 +121,9 @@ type Hold struct {
 	unlocking time.Duration // when the owner's last Unlock was called (0: never)
 }
 
-// ended records that Done closed at d with err.
-func (h *Hold) ended(d time.Duration, err error) {
+// End records that Done closed at d (since the history began) with err;
+// only the first end counts.
+func (h *Hold) End(d time.Duration, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done == 0 {
@@ -133,8 +134,9 @@ func (h *Hold) ended(d time.Duration, err error) {
 	}
 }
 
-// releasing records that the owner's last Unlock was called at d.
-func (h *Hold) releasing(d time.Duration) {
+// Releasing records that the owner's last Unlock was called at d; only
+// the first call counts.
+func (h *Hold) Releasing(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.unlocking == 0 {

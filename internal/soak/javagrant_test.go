@@ -188,7 +188,7 @@ func TestSoakRepro_ForceUnlockedJavaGrantReplyLate(t *testing.T) {
 		h.AddHold(hd)
 		go func() {
 			<-hold.Done()
-			hd.ended(h.Now(), hold.Err())
+			hd.End(h.Now(), hold.Err())
 		}()
 		return hd
 	}
@@ -222,7 +222,7 @@ func TestSoakRepro_ForceUnlockedJavaGrantReplyLate(t *testing.T) {
 	unlock := func(m *lock.Mutex, hd *Hold, label string) {
 		op := &Op{Kind: KindUnlock, Lock: name, Owner: m.Owner(), Client: label, Hold: hd}
 		op.Call = h.Now()
-		hd.releasing(op.Call)
+		hd.Releasing(op.Call)
 		if err := m.Unlock(ctx); err != nil {
 			t.Fatalf("%s Unlock: %v", label, err)
 		}
@@ -339,10 +339,10 @@ func TestSoakRepro_ForceUnlockedJavaGrantReplyLate(t *testing.T) {
 	// normally.
 	uj := &Op{Kind: KindJavaUnlock, Lock: name, Owner: jl.Field, Client: "java", Java: true, Hold: hdJ}
 	uj.Call = h.Now()
-	hdJ.releasing(uj.Call)
+	hdJ.Releasing(uj.Call)
 	jerr := jl.Unlock(ctx)
 	uj.Return = h.Now()
-	hdJ.ended(uj.Return, nil)
+	hdJ.End(uj.Return, nil)
 	if jerr != nil {
 		uj.Err = jerr.Error()
 	}
@@ -392,15 +392,15 @@ func TestSoakRepro_CheckerSeed11Exclusion(t *testing.T) {
 	h.AddFault(Fault{Kind: FaultLatency, Target: "java", Start: at(165200.3), End: at(166428.5)})
 	goHold := func(owner, client string, token int64, acquired, unlockCall, done float64) *Hold {
 		hd := &Hold{Lock: "soak:s0", Owner: owner, Client: client, Token: token, Acquired: at(acquired), Watches: true}
-		hd.releasing(at(unlockCall))
-		hd.ended(at(done), lock.ErrReleased)
+		hd.Releasing(at(unlockCall))
+		hd.End(at(done), lock.ErrReleased)
 		h.AddHold(hd)
 		return hd
 	}
 	// The Java hold before: 91562c64:1, released at [165250.7, 165448.2].
 	j0 := &Hold{Lock: "soak:s0", Owner: "91562c64-0000:1", Client: "java", Java: true, Acquired: at(165008.4), Lease: 5 * time.Second}
-	j0.releasing(at(165250.7))
-	j0.ended(at(165448.2), nil)
+	j0.Releasing(at(165250.7))
+	j0.End(at(165448.2), nil)
 	h.AddHold(j0)
 	h.Add(&Op{Kind: KindJavaLock, Lock: "soak:s0", Owner: j0.Owner, Client: "java", Java: true, Call: at(163751.2), Return: at(165008.4), Hold: j0, New: true})
 	h.Add(&Op{Kind: KindJavaUnlock, Lock: "soak:s0", Owner: j0.Owner, Client: "java", Java: true, Call: at(165250.7), Return: at(165448.2), Hold: j0})
@@ -413,8 +413,8 @@ func TestSoakRepro_CheckerSeed11Exclusion(t *testing.T) {
 	h.Add(&Op{Kind: KindLock, Lock: "soak:s0", Owner: g2.Owner, Client: g2.Client, Call: at(164823.5), Queued: at(164825.0), Return: at(165826.1), Hold: g2, New: true})
 
 	jh := &Hold{Lock: "soak:s0", Owner: "dc7f2cc5-0000:1", Client: "java", Java: true, Acquired: at(165844.5), Lease: 5 * time.Second}
-	jh.releasing(at(166124.0))
-	jh.ended(at(166322.7), nil)
+	jh.Releasing(at(166124.0))
+	jh.End(at(166322.7), nil)
 	h.AddHold(jh)
 	h.Add(&Op{Kind: KindJavaLock, Lock: "soak:s0", Owner: jh.Owner, Client: "java", Java: true, Call: at(163821.8), Return: at(165844.5), Hold: jh, New: true})
 	h.Add(&Op{Kind: KindJavaUnlock, Lock: "soak:s0", Owner: jh.Owner, Client: "java", Java: true, Call: at(166124.0), Return: at(166322.7), Hold: jh,
@@ -435,7 +435,7 @@ func TestSoakRepro_CheckerSeed11Exclusion(t *testing.T) {
 func TestSoakRepro_CheckerStillFlagsJavaOverlapWithoutAnEnd(t *testing.T) {
 	h := NewHistory(1)
 	g := hold("L", "go", 1, 100*msec, 2*time.Second)
-	g.releasing(2 * time.Second)
+	g.Releasing(2 * time.Second)
 	acquire(h, g, 50*msec)
 	// A force unlock long before the Java call: it cannot have ended the
 	// Java hold.

@@ -274,7 +274,7 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 			a := hold("L", "a", 1, 100*msec, 0)
 			a.Lease = c.lease
 			acquire(h, a, 10*msec)
-			a.ended(c.done, errors.New(c.why))
+			a.End(c.done, errors.New(c.why))
 			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 40 * msec, Return: 60 * msec, Released: true})
 			if c.name == "the ForceUnlock ended an older hold" {
 				// Its holder was told it was forced at once; a hold
@@ -283,7 +283,7 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 				old := hold("L", "z", 0, 5*msec, 0)
 				old.Token = a.Token - 1
 				acquire(h, old, 1*msec)
-				old.ended(61*msec, errors.New("lock: lock lost: lock force-unlocked or deleted by another client"))
+				old.End(61*msec, errors.New("lock: lock lost: lock force-unlocked or deleted by another client"))
 			}
 			if strings.HasSuffix(c.name, "a shared lock") {
 				h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "b", Client: "cb", Call: 5 * msec, Return: 6 * msec, Err: "lock: not acquired", NotAcq: true})

@@ -438,7 +438,7 @@ func (a *adminActor) evict(ctx context.Context, c *goClient, name string, kind K
 		op.Released, err = m.ForceUnlock(cctx)
 	}
 	op.Return = a.h.Now()
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	a.h.Add(op)
 }
 
@@ -449,7 +449,7 @@ func (a *adminActor) prune(ctx context.Context, c *goClient, name string) {
 	op.Call = a.h.Now()
 	_, err := c.client().PruneWaiters(cctx, name)
 	op.Return = a.h.Now()
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	a.h.Add(op)
 }
 

@@ -267,7 +267,7 @@ func (o *goOwner) acquireOne(ctx context.Context, m *lock.Mutex, kind Kind, arg,
 	}
 	op.Return = o.h.Now()
 	op.Queued = time.Duration(queued.Load())
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	if mu != nil {
 		mu.Lock()
 		defer mu.Unlock()
@@ -294,7 +294,7 @@ func (o *goOwner) adopt(op *Op, lh *lock.Hold, kind Kind, arg time.Duration) {
 	o.hold, o.lh, o.count = hd, lh, 1
 	go func() {
 		<-lh.Done()
-		hd.ended(o.h.Now(), lh.Err())
+		hd.End(o.h.Now(), lh.Err())
 	}()
 }
 
@@ -304,12 +304,12 @@ func (o *goOwner) unlock(ctx context.Context, m *lock.Mutex) {
 	op := &Op{Kind: KindUnlock, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Hold: o.hold, Limit: 3 * time.Second}
 	op.Call = o.h.Now()
 	if o.count == 1 {
-		o.hold.releasing(op.Call)
+		o.hold.Releasing(op.Call)
 	}
 	err := m.Unlock(cctx)
 	op.Return = o.h.Now()
 	op.Final = o.count == 1 && err == nil
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	o.h.Add(op)
 	o.count--
 	if o.count <= 0 || err != nil {
@@ -324,13 +324,13 @@ func (o *goOwner) extend(ctx context.Context, m *lock.Mutex) {
 	op.Call = o.h.Now()
 	err := m.Extend(cctx, o.lh, o.hold.Lease)
 	op.Return = o.h.Now()
-	classify(op, err, ctx)
+	op.Classify(err, ctx)
 	o.h.Add(op)
 }
 
-// classify records what err means; ctx is the run's (its end is not the
-// call's doing).
-func classify(op *Op, err error, ctx context.Context) {
+// Classify records in op what err, the error op's call returned, means;
+// run is the run's context (its end is not the call's doing).
+func (op *Op) Classify(err error, run context.Context) {
 	if err == nil {
 		return
 	}
@@ -340,7 +340,7 @@ func classify(op *Op, err error, ctx context.Context) {
 	op.Lost = errors.Is(err, lock.ErrLockLost)
 	op.NotHeld = errors.Is(err, lock.ErrNotHeld)
 	op.Canceled = errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	if ctx.Err() != nil || errors.Is(err, lock.ErrClosed) {
+	if run.Err() != nil || errors.Is(err, lock.ErrClosed) {
 		op.Limit = 0 // the run ended, or the client was closed under it
 	}
 }
@@ -454,14 +454,14 @@ func (j *javaOwner) step(ctx context.Context) {
 	pause(ctx, j.rnd, hold)
 	u := &Op{Kind: KindJavaUnlock, Lock: j.name, Owner: j.l.Field, Client: "java", Java: true, Hold: op.Hold}
 	u.Call = j.h.Now()
-	op.Hold.releasing(u.Call)
+	op.Hold.Releasing(u.Call)
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	if err := j.l.Unlock(uctx); err != nil {
 		u.Err = err.Error()
 	}
 	cancel()
 	u.Return = j.h.Now()
-	op.Hold.ended(u.Return, nil)
+	op.Hold.End(u.Return, nil)
 	j.h.Add(u)
 }
 
