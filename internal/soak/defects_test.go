@@ -231,3 +231,42 @@ func TestCheckFIFOLostGrantOrdersQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFIFOStaleLeave: w's Lock queued; a leave of an earlier call of
+// w's client, held back past that call's cleanup bound, ran after it and
+// took w's entry out, and x, queued after w, was granted first (seed
+// 83018658760334: "leave soak:s1, delay 2.227s" on rueidis#0). That is
+// the lock's stated limit (RULES.md X5), not an overtaking; a held-back
+// request of another script, or a leave that reached the server only
+// after x's grant, or one of another lock, excuses nothing.
+func TestCheckFIFOStaleLeave(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		detail string
+		end    time.Duration
+		want   int
+	}{
+		{"a leave held back past w's join", "leave L, delay 2.2s", 300 * msec, 0},
+		{"an acquire held back", "acquire L, delay 2.2s", 300 * msec, 1},
+		{"a leave of another lock", "leave M, delay 2.2s", 300 * msec, 1},
+		{"a leave that ran after the grant", "leave L, delay 2.2s", 900 * msec, 1},
+		{"no fault", "", 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			if c.detail != "" {
+				h.AddFault(Fault{Kind: FaultHoldBack, Target: "cw", Start: 50 * msec, End: c.end, Detail: c.detail})
+			}
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 100 * msec, Queued: 110 * msec, Return: 1500 * msec,
+				Limit: time.Second, Err: "context deadline exceeded", Canceled: true})
+			x := hold("L", "x", 11, 800*msec, 900*msec)
+			x.Client, x.Called = "cx", 200*msec
+			h.AddHold(x)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "x", Client: "cx", Call: 200 * msec, Queued: 205 * msec, Return: 800 * msec,
+				Limit: 2 * time.Second, Hold: x, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
