@@ -154,9 +154,9 @@ func (r *reconnects) run(stop <-chan struct{}) {
 		return
 	}
 	defer sub.Close()
-	// Notices sent before the subscription reached nobody; a server
-	// that restarted meanwhile shows no reconnect either.
-	r.c.holds.noticesMissed()
+	// Notices sent before the subscription reached nobody (subscribe has
+	// marked them missed); a server that restarted meanwhile shows no
+	// reconnect either.
 	if len(r.c.holds.live()) > 0 {
 		r.dog.reconnected()
 	}
@@ -191,6 +191,13 @@ func (r *reconnects) subscribe(stop <-chan struct{}) *backend.Subscription {
 		ctx, cancel := context.WithTimeout(r.ctx, reconnectTimeout)
 		sub, err := r.c.b.Subscribe(ctx, wire.ClientChannelPrefix+r.c.id)
 		cancel()
+		if err == nil {
+			// Before NewClient goes on (triedOnce): only a grant asked
+			// for before the subscription was confirmed may have had
+			// its notice sent to nobody, and is checked as it is
+			// tracked (holdIndex.track).
+			r.c.holds.noticesMissed()
+		}
 		r.triedOnce()
 		if err == nil {
 			return sub
