@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type lateUnlocks struct {
 	send    chan struct{} // closed by deliver
 	ran     sync.WaitGroup
 	held    int
+	asked   atomic.Int32 // acquire requests answered
 }
 
 // hold holds every unlock request from now until deliver.
@@ -51,7 +53,11 @@ func (b *lateUnlocks) Eval(ctx context.Context, s *backend.Script, keys, args []
 	b.mu.Lock()
 	if s.Name != "unlock" || !b.holding {
 		b.mu.Unlock()
-		return b.Backend.Eval(ctx, s, keys, args)
+		rep, err := b.Backend.Eval(ctx, s, keys, args)
+		if s.Name == "acquire" {
+			b.asked.Add(1)
+		}
+		return rep, err
 	}
 	send := b.send
 	b.held++
@@ -109,6 +115,13 @@ func TestUnacknowledgedUnlock_NextLockGetsNoOldToken(t *testing.T) {
 	}
 	gotW := goLockIn(bg, w)
 	redistest.Eventually(t, 5*time.Second, "W queued", func() bool { return len(queueOf(t, srv, w)) == 1 })
+	// W's wait settled: subscribed, and the attempt that follows the
+	// subscription answered. Before that the release's message may reach
+	// nobody, and W's next attempt take its grant up (CI of 2a6d3e3).
+	redistest.Eventually(t, 5*time.Second, "W subscribed and attempted again", func() bool {
+		v, _ := srv.Do(t, "PUBSUB", "NUMSUB", w.channel).([]any)
+		return len(v) == 2 && v[1] == int64(1) && late.asked.Load() >= 2
+	})
 	gotX := goLockIn(bg, x)
 	redistest.Eventually(t, 5*time.Second, "X queued behind W", func() bool { return len(queueOf(t, srv, w)) == 2 })
 	if err := holder.Unlock(bg); err != nil {
