@@ -70,6 +70,7 @@ func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err
 			return err
 		}
 		w.lastAck, w.ackedAt = sent, r.Now
+		w.m.c.floor.observe(r.Now, time.Now())
 		if !w.call.Once {
 			w.o.queuedBy()
 		}
@@ -147,6 +148,12 @@ func (w *waiter) leaveLeftover(ctx context.Context) error {
 		// No attempt of this call has been sent: what the leave settled
 		// is all the next one may have run before.
 		w.call.Retry = w.o.mayHaveRun()
+	}
+	if !w.call.Once {
+		// A call that never queues has no entry, nor grant, to lose.
+		if err := w.o.awaitLeaves(ctx); err != nil {
+			return err
+		}
 	}
 	w.joined = true
 	return nil
@@ -297,9 +304,17 @@ func (w *waiter) giveBack(ctx context.Context, view wire.View) error {
 	left, err := w.m.leaveQueue(ctx, view.Token)
 	if err != nil {
 		// The entry stays live until its liveness deadline, at most a
-		// waiter timeout from now: the owner is remembered, still
-		// queued, so that its next call leaves it first (leaveLeftover).
-		w.m.c.owners.remember(w.m, w.m.c.cfg.waiterTimeout)
+		// waiter timeout from now, and the leave may still reach the
+		// server until it gives up: the owner is remembered, still
+		// queued, so that its next call leaves it first (leaveLeftover)
+		// and queues only after (awaitLeaves).
+		var u leaveUnsettled
+		keep := w.m.c.cfg.waiterTimeout
+		if errors.As(err, &u) {
+			w.o.unsettledLeave(u.end)
+			keep = max(keep, time.Until(u.end))
+		}
+		w.m.c.owners.remember(w.m, keep)
 		return err
 	}
 	if extra := w.o.left(left, view); extra.Count > 0 {

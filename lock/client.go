@@ -35,10 +35,11 @@ type Client struct {
 
 	// The client's parts, each under its own lock (DESIGN.md, Who owns
 	// what).
-	life   lifetime   // open or closed; the calls and goroutines Close waits for
-	owners owners     // the owners in use (owners.go)
-	holds  holdIndex  // the live holds (holds.go)
-	wakes  localWakes // heads told when a hold of this client on their lock ends (localwake.go)
+	life   lifetime    // open or closed; the calls and goroutines Close waits for
+	owners owners      // the owners in use (owners.go)
+	holds  holdIndex   // the live holds (holds.go)
+	wakes  localWakes  // heads told when a hold of this client on their lock ends (localwake.go)
+	floor  serverFloor // a lower bound of the server's clock, for leaves (serverfloor.go)
 
 	// The background components, each with its own start and close.
 	dog       *watchdog    // renews the holds

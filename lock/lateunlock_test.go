@@ -14,22 +14,30 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// lateUnlocks is a backend whose unlock requests, while held, reach the
-// server only when the test delivers them: the caller hears nothing until
-// its context ends, as from a paused server, and the request runs late,
-// after requests sent on other connections since.
-type lateUnlocks struct {
+// lateRequests is a backend whose requests of one script (unlock, leave),
+// while held, reach the server only when the test delivers them: the
+// caller hears nothing until its context ends, as from a paused server,
+// and the request runs late, after requests sent on other connections
+// since. limit > 0 holds that many at most. failFast: the caller hears
+// an error at once instead, as from a connection that broke after the
+// request was written.
+type lateRequests struct {
 	backend.Backend
-	mu      sync.Mutex
-	holding bool
-	send    chan struct{} // closed by deliver
-	ran     sync.WaitGroup
-	held    int
-	asked   atomic.Int32 // acquire requests answered
+	script   string
+	limit    int
+	failFast bool
+	mu       sync.Mutex
+	holding  bool
+	send     chan struct{} // closed by deliver
+	ran      sync.WaitGroup
+	held     int
+	replies  []backend.Reply // of the held requests, as they ran
+	asked    atomic.Int32    // acquire requests answered
+	passed   atomic.Int32    // requests of the script not held
 }
 
-// hold holds every unlock request from now until deliver.
-func (b *lateUnlocks) hold() {
+// hold holds the script's requests from now until deliver.
+func (b *lateRequests) hold() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.holding, b.send = true, make(chan struct{})
@@ -37,7 +45,7 @@ func (b *lateUnlocks) hold() {
 
 // deliver sends the held requests and waits until the server ran them.
 // It returns how many there were.
-func (b *lateUnlocks) deliver() int {
+func (b *lateRequests) deliver() int {
 	b.mu.Lock()
 	if b.holding {
 		b.holding = false
@@ -49,13 +57,23 @@ func (b *lateUnlocks) deliver() int {
 	return n
 }
 
-func (b *lateUnlocks) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+// ranReplies returns the replies of the held requests that ran.
+func (b *lateRequests) ranReplies() []backend.Reply {
 	b.mu.Lock()
-	if s.Name != "unlock" || !b.holding {
+	defer b.mu.Unlock()
+	return append([]backend.Reply(nil), b.replies...)
+}
+
+func (b *lateRequests) Eval(ctx context.Context, s *backend.Script, keys, args []string) (backend.Reply, error) {
+	b.mu.Lock()
+	if s.Name != b.script || !b.holding || b.limit > 0 && b.held >= b.limit {
 		b.mu.Unlock()
 		rep, err := b.Backend.Eval(ctx, s, keys, args)
-		if s.Name == "acquire" {
+		switch s.Name {
+		case "acquire":
 			b.asked.Add(1)
+		case b.script:
+			b.passed.Add(1)
 		}
 		return rep, err
 	}
@@ -68,8 +86,15 @@ func (b *lateUnlocks) Eval(ctx context.Context, s *backend.Script, keys, args []
 		<-send
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _ = b.Backend.Eval(rctx, s, keys, args)
+		if rep, err := b.Backend.Eval(rctx, s, keys, args); err == nil {
+			b.mu.Lock()
+			b.replies = append(b.replies, rep)
+			b.mu.Unlock()
+		}
 	}()
+	if b.failFast {
+		return backend.Reply{}, errors.New("the connection broke (test)")
+	}
 	<-ctx.Done()
 	return backend.Reply{}, ctx.Err()
 }
@@ -89,7 +114,7 @@ func (b *lateUnlocks) Eval(ctx context.Context, s *backend.Script, keys, args []
 // first in line) and asks again; W queues behind X (B3) and its next hold
 // has a new token (X6).
 func TestUnacknowledgedUnlock_NextLockGetsNoOldToken(t *testing.T) {
-	late := &lateUnlocks{}
+	late := &lateRequests{script: "unlock"}
 	srv := redistest.Start(t)
 	cx := clientOn(t, srv)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})

@@ -60,6 +60,9 @@ type owner struct {
 	// calls (undo); until a reply settles the owner's state on the
 	// server, its attempts say they may have run before (mayHaveRun).
 	grantMayWait bool
+	// leaveUnsettled: a leave that did not settle may reach the server
+	// until then; the owner queues again only after (awaitLeaves).
+	leaveUnsettled time.Time
 }
 
 // holdEnder is told when a hold of an owner ended: the Mutex that made

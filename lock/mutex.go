@@ -271,17 +271,45 @@ func (m *Mutex) holdEnded(h *Hold, err error, grant bool) {
 }
 
 // leaveQueue runs leave.lua, bounded by cleanupTimeout whatever ctx says;
-// known is the token of the hold the client knows (0: none).
+// known is the token of the hold the client knows (0: none). The leave
+// does nothing from the server's time the client gives up on it (X5):
+// came later, it could take out the owner's next queue entry, or pass on
+// its grant. Its error is a leaveUnsettled: the leave did not settle - it
+// failed, or may still reach the server - and the owner must not queue
+// again before its end.
 func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, error) {
+	sent := time.Now()
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	call := wire.Leave{Owner: m.field, Wake: m.wake(), Known: known}.Call(m.c.scripts, m.keys)
+	// The client gives up at ctx's deadline, at sent+cleanupTimeout or
+	// later: the leave does nothing from the server's time then, or
+	// earlier (floor).
+	end, _ := ctx.Deadline()
+	leave := wire.Leave{Owner: m.field, Wake: m.wake(), Known: known, Until: m.c.floor.at(sent.Add(cleanupTimeout))}
+	call := leave.Call(m.c.scripts, m.keys)
 	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
-	if err != nil {
-		return wire.LeaveReply{}, err
+	var r wire.LeaveReply
+	if err == nil {
+		r, err = wire.DecodeLeave(rep)
 	}
-	return wire.DecodeLeave(rep)
+	if err == nil && r.Expired {
+		err = errors.New("the leave reached the server after its client had given up on it, and did nothing")
+	}
+	if err != nil {
+		return wire.LeaveReply{}, leaveUnsettled{end: end, err: err}
+	}
+	return r, nil
 }
+
+// leaveUnsettled is the error of a leave that did not settle: it may
+// still reach the server until end, the time its client gives up on it.
+type leaveUnsettled struct {
+	end time.Time
+	err error
+}
+
+func (e leaveUnsettled) Error() string { return e.err.Error() }
+func (e leaveUnsettled) Unwrap() error { return e.err }
 
 func (m *Mutex) checkCall(ctx context.Context) error {
 	if ctx == nil {

@@ -1,6 +1,11 @@
 package lock
 
-import "github.com/fairlock/fairlock/lock/internal/wire"
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/lock/internal/wire"
+)
 
 // The owner's waiting calls and its place in the queue (lifecycle.go has
 // the rest of the owner's transitions): which of an owner's calls waits,
@@ -102,4 +107,35 @@ func (o *owner) left(r wire.LeaveReply, known wire.View) wire.View {
 		return r.Held
 	}
 	return wire.View{}
+}
+
+// unsettledLeave records a leave that did not settle (it failed, or gave
+// up): it may still reach the server until end.
+func (o *owner) unsettledLeave(end time.Time) {
+	o.mu.Lock()
+	o.leaveUnsettled = later(o.leaveUnsettled, end)
+	o.mu.Unlock()
+}
+
+// awaitLeaves waits until no leave of the owner that did not settle can
+// reach the server any more, or ctx ends: from then its leave does
+// nothing (leave.lua), and cannot take out the entry the caller is about
+// to queue, or pass on that entry's grant (X5). At most cleanupTimeout,
+// and only after such a leave.
+func (o *owner) awaitLeaves(ctx context.Context) error {
+	o.mu.Lock()
+	end := o.leaveUnsettled
+	o.mu.Unlock()
+	wait := time.Until(end)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -108,7 +108,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, ordered, lostGrants(faults), heldBackLeaves(faults))...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered, lostGrants(faults))...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -805,7 +805,7 @@ func lateness(stalls []Stall, from, to time.Duration) time.Duration {
 // started after the waiter had queued. Left out: pairs with a fault on
 // the waiter's client or the server, a delete of the lock (its waiters
 // queue again) or a Close of the waiter's client in between.
-func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant, leaves []Fault) []Violation {
+func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) []Violation {
 	var out []Violation
 	grants := map[string][]*Op{} // new holds by lock, by return
 	for _, a := range ops {
@@ -841,8 +841,7 @@ func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant, l
 			}
 			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
 				servedSibling(ops, w, a, since[a]) ||
-				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], lost[w.Lock], w, a) ||
-				staleLeave(leaves, w, a) {
+				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], lost[w.Lock], w, a) {
 				continue
 			}
 			out = append(out, Violation{"fifo", w.Lock, a.Return,
@@ -850,36 +849,6 @@ func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant, l
 		}
 	}
 	return out
-}
-
-// heldBackLeaves are the faults that held a leave request back (its
-// Detail names the script and the lock: "leave <lock>, delay ...").
-func heldBackLeaves(faults []Fault) []Fault {
-	var out []Fault
-	for _, f := range faults {
-		if f.Kind == FaultHoldBack && strings.HasPrefix(f.Detail, "leave ") {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// staleLeave reports whether w's queue entry may have been taken out by a
-// leave of an earlier call of its client, held back on its way (a
-// connection that delivers late while another delivers at once) past its
-// call's cleanup bound and run by the server after w had queued: the
-// owner is out of the line until its next heartbeat joins it at the tail.
-// This is a stated limit of the lock (RULES.md X5, "a leave held back past
-// the owner's next join"; RELIABILITY.md's open findings), not excused as
-// a fault near the waiter: the other message-level faults are not.
-func staleLeave(leaves []Fault, w, a *Op) bool {
-	for _, f := range leaves {
-		if f.Target == w.Client && strings.HasPrefix(f.Detail, "leave "+w.Lock+",") &&
-			f.Start < w.Queued && f.End >= w.Queued && f.End <= a.Return {
-			return true
-		}
-	}
-	return false
 }
 
 // lostAhead reports whether a grant whose reply a fault lost shows w's

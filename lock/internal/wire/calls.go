@@ -128,11 +128,16 @@ type Leave struct {
 	Owner string
 	Wake  Wake
 	Known int64 // the token of the hold the client knows (0: none); its grant is kept
+	// Until is the server's time, in ms, from which the leave does
+	// nothing (Expired): the client has given up on it by then, and the
+	// owner may have queued again. 0: no limit.
+	Until int64
 }
 
 // Call returns the script invocation.
 func (l Leave) Call(s *Scripts, k Keys) backend.Call {
-	return backend.Call{Script: s.leave, Keys: k.Script(), Args: []string{l.Owner, l.Wake.ChannelPrefix, l.Wake.Publish, itoa(l.Known)}}
+	n := decimals(l.Known, l.Until)
+	return backend.Call{Script: s.leave, Keys: k.Script(), Args: []string{l.Owner, l.Wake.ChannelPrefix, l.Wake.Publish, n[0], n[1]}}
 }
 
 // LeaveReply is what leave.lua reports: whether the owner was queued, and
@@ -140,12 +145,18 @@ func (l Leave) Call(s *Scripts, k Keys) backend.Call {
 type LeaveReply struct {
 	Queued bool
 	Held   View
+	// Expired: the leave reached the server at its Until or later, and
+	// did nothing.
+	Expired bool
 }
 
 // DecodeLeave decodes leave.lua's reply.
 func DecodeLeave(rep backend.Reply) (LeaveReply, error) {
 	v, err := rep.AsInts()
-	if err != nil || len(v) != 3 {
+	switch {
+	case err == nil && len(v) == 1 && v[0] == -1:
+		return LeaveReply{Expired: true}, nil
+	case err != nil || len(v) != 3:
 		return LeaveReply{}, unexpected("leave", rep)
 	}
 	return LeaveReply{Queued: v[0] == 1, Held: View{Token: v[2], Count: int(v[1])}}, nil

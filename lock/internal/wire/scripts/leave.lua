@@ -11,11 +11,21 @@
 -- ARGV[2] channel prefix
 -- ARGV[3] publish commands
 -- ARGV[4] token of the hold the client knows this owner has ("0": none)
+-- ARGV[5] the server's time (ms) from which this leave does nothing ("0":
+--         no limit)
 --
 -- Returns {queued, count, token}: queued is 1 if the owner was queued (or
 -- had been handed the lock, which it gives up);
 -- count is the owner's hold count (0: it holds nothing) and token the
--- current hold's token.
+-- current hold's token. {-1}: the leave came at ARGV[5] or later, and did
+-- nothing.
+--
+-- A leave names the owner, not the queue entry or the grant it means: run
+-- late, after the owner queued again, it would take that later entry out,
+-- or pass on its grant. Its client gives up on it after a bound, and
+-- queues the owner again only after that; ARGV[5] is the server's time at
+-- that bound or before (the client's lower bound of the server's clock),
+-- so a leave that comes later finds nothing of its own to do (X5).
 --
 -- It changes no hold itself: undoing a grant goes through unlock.lua with
 -- the token and count reported here, which does nothing once that hold is
@@ -40,6 +50,9 @@ do
   if err then
     return err
   end
+end
+if ARGV[5] ~= '0' and server_now() >= tonumber(ARGV[5]) then
+  return {-1}
 end
 local me = ARGV[1]
 local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me) == me

@@ -1,0 +1,190 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/redistest"
+	"github.com/fairlock/fairlock/rueidisbackend"
+	"github.com/redis/rueidis"
+)
+
+// lateLeaveSetup: H holds the lock (client cx); W (client cw, whose first
+// leave request is held back) queued, then its Lock was cancelled, its
+// leave held back past the client's bound; W's next Lock has queued
+// again, and X (cx) queued behind it. It returns W's next Lock and X's.
+func lateLeaveSetup(t *testing.T, ctx context.Context, name string, failFast bool) (srv *redistest.Server, late *lateRequests, h, w, x *Mutex, gotW, gotX <-chan lockResult) {
+	t.Helper()
+	late = &lateRequests{script: "leave", limit: 1, failFast: failFast}
+	srv = redistest.Start(t)
+	cx := clientOn(t, srv)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	late.Backend = rueidisbackend.New(rc)
+	cw, err := NewClient(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cw.Close() })
+	t.Cleanup(func() { late.deliver() })
+	h, w, x = newTestMutex(t, cx, name), newTestMutex(t, cw, name), newTestMutex(t, cx, name)
+	if _, err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, cancel := context.WithCancel(ctx)
+	gotFirst := goLockIn(first, w)
+	redistest.Eventually(t, 5*time.Second, "W queued (acknowledged)", func() bool {
+		return len(queueOf(t, srv, w)) == 1 && late.asked.Load() >= 1
+	})
+	late.hold()
+	cancel()
+	if r := <-gotFirst; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("W's first Lock, cancelled = %v, want context.Canceled", r.err)
+	}
+	start := time.Now()
+	gotW = goLockIn(ctx, w)
+	// The next Lock leaves W's old entry first (the held-back leave
+	// gave up: leaveLeftover), then queues W again.
+	redistest.Eventually(t, 10*time.Second, "W's next Lock left the old entry", func() bool { return late.passed.Load() >= 1 })
+	asked := late.asked.Load()
+	redistest.Eventually(t, 10*time.Second, "W queued again", func() bool {
+		q := queueOf(t, srv, w)
+		return len(q) == 1 && q[0] == w.field && late.asked.Load() > asked
+	})
+	t.Logf("W queued again %v after its first Lock returned", time.Since(start).Round(time.Millisecond))
+	gotX = goLockIn(ctx, x)
+	redistest.Eventually(t, 5*time.Second, "X queued behind W", func() bool { return len(queueOf(t, srv, w)) == 2 })
+	return srv, late, h, w, x, gotW, gotX
+}
+
+// deliverLateLeave runs W's held-back leave, now, and checks that it came
+// too late to do anything.
+func deliverLateLeave(t *testing.T, late *lateRequests) {
+	t.Helper()
+	if n := late.deliver(); n != 1 {
+		t.Fatalf("%d leave requests held back, want 1: the scenario did not happen", n)
+	}
+	reps := late.ranReplies()
+	if len(reps) != 1 {
+		t.Fatalf("the late leave ran %d times, want once", len(reps))
+	}
+	if v, err := reps[0].AsInts(); err != nil || len(v) != 1 || v[0] != -1 {
+		t.Errorf("the late leave replied %v (%v), want [-1]: it came after its client gave up, and must do nothing", reps[0], err)
+	}
+}
+
+// TestLateLeave_NextEntryKeepsItsPlace: a leave held back past the
+// client's bound (the soak, seed 83018658760334: "leave soak:s1, delay
+// 2.227s") ran after the owner's next Lock had queued it again, and took
+// that entry out: the owner queued anew at the tail, behind an owner that
+// came after it (B3). A leave does nothing from the server's time its
+// client gives up on it, and the owner queues again only after (X5): W,
+// first in line, acquires before X.
+func TestLateLeave_NextEntryKeepsItsPlace(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	srv, late, h, w, x, gotW, gotX := lateLeaveSetup(t, ctx, "late-leave-entry", false)
+	deliverLateLeave(t, late)
+	if q := queueOf(t, srv, w); len(q) != 2 || q[0] != w.field {
+		t.Errorf("queue after the late leave = %v, want W (%s) first, then X", q, w.field)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-gotW:
+		if r.err != nil {
+			t.Fatalf("W's Lock: %v", r.err)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case r := <-gotX:
+		t.Fatalf("X acquired first (%v) while W queued before it", r.err)
+	case <-ctx.Done():
+		t.Fatal("neither W nor X acquired")
+	}
+	if r := <-gotX; r.err != nil {
+		t.Fatalf("X's Lock: %v", r.err)
+	}
+	if err := x.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLateLeave_NextGrantStays: as above, but W is handed the lock (a
+// grant its client holds by the message, the field 0 on the server)
+// before the late leave runs. A leave that finds a grant not taken up
+// passes it on: run late, it took W's hold away and handed the lock to X
+// while W held it - two holders. It must do nothing: W holds until its
+// Unlock, and only then does X acquire.
+func TestLateLeave_NextGrantStays(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	srv, late, h, w, x, gotW, gotX := lateLeaveSetup(t, ctx, "late-leave-grant", false)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-gotW
+	if r.err != nil {
+		t.Fatalf("W's Lock: %v", r.err)
+	}
+	if v := srv.Do(t, "HGET", w.keys.Hash, w.field); v != "0" {
+		t.Logf("W's field reads %v, not 0: the grant was taken up already (the late leave keeps it either way)", v)
+	}
+	deliverLateLeave(t, late)
+	if v := srv.Do(t, "HGET", w.keys.Hash, w.field); v == nil {
+		t.Error("W's grant is gone from the server after the late leave ran")
+	}
+	select {
+	case <-r.h.Done():
+		t.Fatalf("W's hold ended after the late leave ran: %v", r.h.Err())
+	case rx := <-gotX:
+		t.Fatalf("X acquired (token %d, %v) while W held the lock", tokenOf(rx.h), rx.err)
+	default:
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatalf("W's Unlock: %v", err)
+	}
+	if rx := <-gotX; rx.err != nil {
+		t.Fatalf("X's Lock after W's Unlock: %v", rx.err)
+	}
+	if err := x.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLateLeave_FailedAtOnce_NextQueuesAfterItsBound: W's leave fails at
+// once (the connection broke after the request was written: a paused
+// server may still run it), and W's next Lock leaves the old entry again
+// and would queue W at once - before the server's time from which the
+// first leave does nothing, so that leave, run then, would take the new
+// entry out. W queues again only once the client's bound on the first
+// leave has passed (at least its 2 s), and the leave then does nothing.
+func TestLateLeave_FailedAtOnce_NextQueuesAfterItsBound(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	start := time.Now()
+	srv, late, h, w, _, gotW, gotX := lateLeaveSetup(t, ctx, "late-leave-failed", true)
+	deliverLateLeave(t, late)
+	if q := queueOf(t, srv, w); len(q) != 2 || q[0] != w.field {
+		t.Errorf("queue after the late leave = %v, want W (%s) first, then X", q, w.field)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-gotW:
+		if r.err != nil {
+			t.Fatalf("W's Lock: %v", r.err)
+		}
+	case r := <-gotX:
+		t.Fatalf("X acquired first (%v) while W queued before it", r.err)
+	}
+	t.Logf("figures: W acquired %v after the setup began (its next Lock waited out the first leave's 2 s bound)", time.Since(start).Round(time.Millisecond))
+}
