@@ -44,6 +44,14 @@ var errOwnerWaits = errors.New("another call of this owner is still waiting for 
 // lock hash for the owner's next attempt). A single attempt does not
 // retry.
 func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err error) {
+	if !w.joined && !w.call.Once {
+		// Outside the gate, which the owner's other calls need meanwhile
+		// (leaveLeftover waits again, inside, for a leave that failed
+		// since).
+		if err := w.o.awaitLeaves(ctx); err != nil {
+			return r, nil, err
+		}
+	}
 	entered := false
 	defer func() {
 		if err != nil && !entered && !errors.Is(err, context.Canceled) && w.o.gateHeld() {
