@@ -58,7 +58,6 @@ var foreignNames = map[string]string{
 	"Refresh":           "bsm/redislock",
 	"Release":           "bsm/redislock",
 	"ErrLocked":         "etcd concurrency",
-	"Until":             "redsync",
 	"RedissonFairLock":  "Redisson",
 	"Lua":               "the scripting language",
 	"ForceSingleClient": "rueidis' ClientOption",
