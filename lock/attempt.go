@@ -54,11 +54,15 @@ func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err
 	}
 	entered := false
 	defer func() {
-		if err != nil && !entered && !errors.Is(err, context.Canceled) && w.o.gateHeld() {
+		if err != nil && !entered && !errors.Is(err, context.Canceled) && w.o.gateHeld() && w.lastAck.IsZero() {
 			// ctx's deadline passed while another call of the owner held
-			// the gate, waiting for the server: this call sent nothing and
-			// cannot tell whether the lock is busy. (A deadline that had
-			// passed already, with the gate free, is a plain one.)
+			// the gate, waiting for the server: this call has had no
+			// answer and cannot tell whether the lock is busy. (A
+			// deadline that had passed already, with the gate free, is a
+			// plain one; so is one that found the gate held after the
+			// server had queued this call: the lock was busy, and the
+			// owner behind others - the other call's round trip may be a
+			// heartbeat woken with this call's attempt.)
 			err = joinLine(err, ErrUnavailable, errOwnerWaits)
 			// Its caller may return before the call does (runBounded),
 			// and must say the same.

@@ -63,17 +63,17 @@ func awaitSettledWait(t *testing.T, srv *redistest.Server, b *lostReplies, m *Mu
 // noWatches is a backend without key watches.
 type noWatches struct{ backend.Backend }
 
-// clientOn returns a Client on srv (rueidis) that watches no keys, closed
+// clientOn returns a Client on srv (rueidis, with opts) that watches no keys, closed
 // at the test's end: its holds and waits hear of a lock hash deleted by
 // hand only at their next script.
-func clientOn(t *testing.T, srv *redistest.Server) *Client {
+func clientOn(t *testing.T, srv *redistest.Server, opts ...Option) *Client {
 	t.Helper()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rc.Close)
-	c, err := NewClient(noWatches{rueidisbackend.New(rc)})
+	c, err := NewClient(noWatches{rueidisbackend.New(rc)}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,4 +257,48 @@ func goLockIn(ctx context.Context, m *Mutex) <-chan lockResult {
 		ch <- lockResult{h, err}
 	}()
 	return ch
+}
+
+// TestTryLockBehindItsOwnersGate_NotAcquired: a TryLock queued behind a
+// holder (the server answered it: queued) sends its next heartbeat while
+// another call of its owner holds the owner's gate for a round trip, and
+// its wait runs out there (the soak, seed 83018658760334 at 172.2 s: a
+// Lock and a TryLock of one owner, woken together, no fault near). The
+// server told this call the lock was busy and it was queued: ErrNotAcquired,
+// not ErrUnavailable, which says the call could not tell.
+func TestTryLockBehindItsOwnersGate_NotAcquired(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	const name = "trylock-behind-gate"
+	holder := newTestMutex(t, clientOn(t, srv), name)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats every 200 ms: the TryLock's next attempt comes well
+	// before its wait runs out.
+	c := clientOn(t, srv, WithWaiterTimeout(600*time.Millisecond))
+	m := newTestMutex(t, c, name)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.TryLock(ctx, 1500*time.Millisecond)
+		done <- err
+	}()
+	redistest.Eventually(t, 5*time.Second, "the TryLock queued", func() bool {
+		q := queueOf(t, srv, m)
+		return len(q) == 1 && q[0] == m.field
+	})
+	o := c.owners.lookup(m)
+	if o == nil {
+		t.Fatal("the TryLock's owner is not in the registry")
+	}
+	o.gate <- struct{}{} // as another call of the owner waiting for the server
+	err := <-done
+	<-o.gate
+	if !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("TryLock behind its owner's gate, queued before = %v, want ErrNotAcquired", err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
