@@ -108,7 +108,7 @@ func Check(h *History, b Bounds) Report {
 	r.Violations = append(r.Violations, checkErrors(ops, faults, h.Stalls())...)
 	r.Violations = append(r.Violations, checkBusy(ops, holds, faults, b)...)
 	r.Violations = append(r.Violations, checkReturns(ops, h.Stalls(), b)...)
-	r.Violations = append(r.Violations, checkFIFO(ops, ordered, lostGrants(faults))...)
+	r.Violations = append(r.Violations, checkFIFO(ops, ordered, faults, lostGrants(faults))...)
 	r.Violations = append(r.Violations, checkFree(ops, holds, faults, h.Stalls(), b)...)
 	lin, visual := checkLinearizable(ops, holds, b)
 	r.Violations = append(r.Violations, lin...)
@@ -738,8 +738,14 @@ const ownerWaits = "another call of this owner is still waiting for the server's
 func overloaded(stalls []Stall, at time.Duration) bool {
 	var late time.Duration
 	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].At >= at-time.Second })
-	for ; i < len(stalls) && stalls[i].At <= at; i++ {
-		late += stalls[i].Late
+	// A stall is measured when the late timer fires, at its end: one
+	// measured just after at that began before it covers at too (seed
+	// 114068898767990: 309 ms late, measured 0.6 ms after a TryLock's
+	// deadline, whose grace timer it had held up).
+	for ; i < len(stalls) && stalls[i].At <= at+time.Second; i++ {
+		if stalls[i].At-stalls[i].Late <= at {
+			late += stalls[i].Late
+		}
 	}
 	return late >= time.Second/4
 }
@@ -805,7 +811,7 @@ func lateness(stalls []Stall, from, to time.Duration) time.Duration {
 // started after the waiter had queued. Left out: pairs with a fault on
 // the waiter's client or the server, a delete of the lock (its waiters
 // queue again) or a Close of the waiter's client in between.
-func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) []Violation {
+func checkFIFO(ops []*Op, faults, all []Fault, lost map[string]map[int64]LostGrant) []Violation {
 	var out []Violation
 	grants := map[string][]*Op{} // new holds by lock, by return
 	for _, a := range ops {
@@ -840,7 +846,7 @@ func checkFIFO(ops []*Op, faults []Fault, lost map[string]map[int64]LostGrant) [
 				continue
 			}
 			if a.Java && javaMayReenter(ops, a) || faultDuring(faults, w.Client, w.Queued, a.Return, 100*time.Millisecond) ||
-				servedSibling(ops, w, a, since[a]) ||
+				servedSibling(ops, all, w, a, since[a]) ||
 				disturbed(ops, w, a.Return) || grantEnded(ops, byToken[w.Lock], lost[w.Lock], w, a) {
 				continue
 			}
@@ -887,8 +893,12 @@ func soleOfClient(ops []*Op, w *Op, g LostGrant) bool {
 // ended, w waits anew. Only an a that queued before the hold ended is
 // excused (seed 210439279907358: a shared owner's TryLock granted, the
 // hold force-unlocked 20 ms later, its Lock queued again behind two Java
-// threads that had queued meanwhile).
-func servedSibling(ops []*Op, w, a *Op, since time.Duration) bool {
+// threads that had queued meanwhile) - or one that queued before w could
+// queue again, a fault on w's client (any, its own messages' too) in
+// between (seed 114068898767990: w's re-entry of the sibling's hold, sent
+// before the force-unlock, had its reply delayed 600 ms by a notice
+// burst's fault; a queued meanwhile).
+func servedSibling(ops []*Op, faults []Fault, w, a *Op, since time.Duration) bool {
 	for _, p := range ops {
 		if p == w || p.Owner != w.Owner || p.Lock != w.Lock || !p.Kind.acquire() || p.Hold == nil || !p.New ||
 			p.Hold == w.Hold || p.Return < w.Queued || p.Return > a.Return {
@@ -898,7 +908,8 @@ func servedSibling(ops []*Op, w, a *Op, since time.Duration) bool {
 		if done == 0 {
 			done = a.Return
 		}
-		if since <= max(p.Return, done)+5*time.Millisecond {
+		ended := max(p.Return, done)
+		if since <= ended+5*time.Millisecond || faultDuring(faults, w.Client, ended, since, 0) {
 			return true
 		}
 	}

@@ -223,6 +223,24 @@ func TestCheckErrors(t *testing.T) {
 			t.Errorf("%s: %d error violations, want %d", c.name, got, c.want)
 		}
 	}
+	// One stall measured just after the return, begun before it (seed
+	// 114068898767990: 309 ms, measured 0.6 ms after); one measured after
+	// the return that began after it excuses nothing.
+	for _, c := range []struct {
+		name  string
+		stall Stall
+		want  int
+	}{
+		{"a stall across the return", Stall{At: 11*time.Second + msec, Late: 309 * msec}, 0},
+		{"a stall after the return", Stall{At: 11*time.Second + 400*msec, Late: 309 * msec}, 1},
+	} {
+		h := NewHistory(1)
+		h.Add(&Op{Kind: KindLock, Lock: "L", Client: "c", Call: 10 * time.Second, Return: 11 * time.Second, Err: "lock: server unavailable: " + noReply, Unavail: true})
+		h.AddStall(c.stall)
+		if got := checks(h)["errors"]; got != c.want {
+			t.Errorf("%s: %d error violations, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 func TestCheckReturns(t *testing.T) {
