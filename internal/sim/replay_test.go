@@ -17,6 +17,7 @@ import (
 func TestReplay(t *testing.T) {
 	cfg := DefaultConfig(42)
 	cfg.Duration = 30 * time.Second
+	cfg.Trace = true
 	a := Run(t, cfg, t.TempDir())
 	b := Run(t, cfg, t.TempDir())
 	type key struct {
