@@ -29,12 +29,13 @@
 # --simulate runs the deterministic simulation instead (internal/sim: the
 # real lock and rueidis adapter against an in-process server, a seeded
 # switch faulting messages, virtual time): histories of 10 virtual minutes,
-# seeds S, S+1, ..., one at a time per core, for N seconds of wall time
-# (histories still running then end early), each judged by the soak's
-# checker and the server-side invariants. It needs no redis-server and
-# ends with the same line; on a violation it prints the history's seed and
-# the command that simulates it alone. --out keeps each history there
-# (history-<seed>.json.gz, which TestRecheck reads).
+# seeds S, S+1, ..., in one process per core (each on one processor), for
+# N seconds of wall time (histories still running then end early), each
+# judged by the soak's checker and the server-side invariants. It needs no
+# redis-server and ends with the same line (the processes' sum); on a
+# violation it prints the history's seed and the command that simulates it
+# alone. --out keeps each history there (history-<seed>.json.gz, which
+# TestRecheck reads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=120 seed=0 out="" report="" cluster="" adapters="" without="" simulate=""
@@ -67,21 +68,43 @@ finish() {
   echo "$line"
   exit "$rc"
 }
+# simulate_run runs the simulation as one process per core, each on one
+# processor (GOMAXPROCS=1: a history runs twice as fast there as on two,
+# and its goroutines' order then follows mostly from its seed), process k
+# simulating seeds S+k, S+k+P, ...; it prints their output and the sum of
+# their soak lines, and exits non-zero if any failed.
+simulate_run() {
+  local procs dir bin k rc=0 pids=() opts=()
+  procs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+  dir=$(mktemp -d)
+  bin="$dir/sim.test"
+  go test -c -o "$bin" ./internal/sim/
+  if [ -n "$out" ]; then mkdir -p "$out"; opts+=(-sim.out="$(cd "$out" && pwd)"); fi
+  echo "soak.sh: simulating from seed $seed for ${seconds}s, $procs processes"
+  for ((k = 0; k < procs; k++)); do
+    (cd internal/sim && GOMAXPROCS=1 exec "$bin" -test.run '^TestSimulate$' -test.count=1 -test.v \
+      -test.timeout "$((seconds + 600))s" -sim.seconds="$seconds" -sim.seed="$((seed + k))" \
+      -sim.stride="$procs" -sim.parallel=1 "${opts[@]}") >"$dir/log.$k" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${!pids[@]}"; do wait "${pids[$k]}" || rc=1; done
+  cat "$dir"/log.* | grep -v '^soak: ' | grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- PASS|PASS$|ok )' || true
+  if [ "$(cat "$dir"/log.* | grep -cE '^soak: [0-9]+ histories')" != "$procs" ]; then
+    rm -rf "$dir"
+    echo "soak.sh: a simulation did not finish; its output is above" >&2
+    exit 1
+  fi
+  cat "$dir"/log.* | grep -E '^soak: [0-9]+ histories' | awk -v s="$seconds" -v p="$procs" '{h += $2; o += $4; f += $6; v += $8}
+    END {printf "soak.sh: %d processes, %.0f operations/s\n", p, o / s
+      printf "soak: %d histories, %d operations, %d faults, %d violations\n", h, o, f, v}'
+  rm -rf "$dir"
+  exit "$rc"
+}
 if [ -n "$simulate" ]; then
   if [ -n "$cluster$adapters$without$report" ]; then
     echo "soak.sh: --simulate takes only --seconds, --seed and --out" >&2; exit 2
   fi
-  log=$(mktemp)
-  args=(-sim.seconds="$seconds" -sim.seed="$seed")
-  if [ -n "$out" ]; then mkdir -p "$out"; args+=(-sim.out="$(cd "$out" && pwd)"); fi
-  echo "soak.sh: simulating from seed $seed for ${seconds}s"
-  set +e
-  # No race detector: it would cut the operations checked several-fold
-  # (go test -race ./internal/sim/ runs the package's own tests under it).
-  go test -count=1 -timeout "$((seconds + 600))s" -run '^TestSimulate$' -v ./internal/sim/ -args "${args[@]}" >"$log" 2>&1
-  rc=$?
-  set -e
-  finish "$log" "$rc"
+  simulate_run
 fi
 if ! command -v redis-server >/dev/null 2>&1 && [ -z "${FAIRLOCK_REDIS_SERVER:-}" ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -80,6 +80,7 @@ type Result struct {
 	Broken     []string       // invariants found broken
 	Exchanges  []Exchange
 	VirtualEnd time.Duration
+	RanFor     time.Duration // the virtual time the actors ran (Duration, or less with Stop)
 }
 
 // Run simulates one history and checks it. dir takes the history file.
@@ -136,7 +137,7 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 	ctx, stop := context.WithCancel(context.Background())
 	var actors sync.WaitGroup
 	closers := w.startActors(t, ctx, &actors, names)
-	runFor(cfg.Duration, cfg.Stop)
+	ranFor := runFor(cfg.Duration, cfg.Stop)
 	stop()
 	actors.Wait()
 	for _, c := range closers {
@@ -147,20 +148,25 @@ func simulate(t *testing.T, cfg Config, rec *recorder) Result {
 	w.srv.Close()
 	w.nw.Close()
 	checks, broken := w.inv.Result()
-	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
+	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end, RanFor: ranFor,
 		Exchanges: w.nw.Exchanges()}
 }
 
-// runFor lets virtual time run d, or until stop closes.
-func runFor(d time.Duration, stop <-chan struct{}) {
-	for left := d; left > 0; left -= time.Second {
+// runFor lets virtual time run d, or until stop closes, and returns how
+// long it ran.
+func runFor(d time.Duration, stop <-chan struct{}) time.Duration {
+	ran := time.Duration(0)
+	for ran < d {
 		select {
 		case <-stop:
-			return
+			return ran
 		default:
 		}
-		time.Sleep(min(left, time.Second))
+		step := min(d-ran, time.Second)
+		time.Sleep(step)
+		ran += step
 	}
+	return ran
 }
 
 // startActors opens the clients and starts their owners, the admin and
