@@ -227,7 +227,8 @@ func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lo
 // switch, labelled label.
 func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
 	opt := rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
-		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }}
+		DialCtxFn:  func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) },
+		RetryDelay: retryDelay}
 	// The switch may fail the first connection's handshake, as a network
 	// can: dial again, a bounded number of times, as an application would.
 	var b *rueidisbackend.Backend
@@ -239,6 +240,12 @@ func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
 	}
 	t.Fatalf("sim: dial %s: %v", label, err)
 	return nil
+}
+
+// retryDelay is rueidis's back-off between retries without its jitter,
+// which comes from a source no seed sets.
+func retryDelay(attempts int, _ rueidis.Completed, _ error) time.Duration {
+	return min(time.Second, time.Duration(1<<min(20, attempts))*time.Microsecond)
 }
 
 // startJava opens one Redisson-model client (over rueidis, through the

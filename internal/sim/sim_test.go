@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"testing"
+	"testing/cryptotest"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/soak"
@@ -54,7 +55,9 @@ func TestSimulate(t *testing.T) {
 	t.Run("workers", func(t *testing.T) {
 		for w := 0; w < workers; w++ {
 			t.Run(fmt.Sprint(w), func(t *testing.T) {
-				t.Parallel()
+				if workers > 1 {
+					t.Parallel()
+				}
 				for {
 					mu.Lock()
 					if sum.histories > 0 && (*seconds <= 0 || time.Since(start) >= time.Duration(*seconds)*time.Second) {
@@ -71,6 +74,11 @@ func TestSimulate(t *testing.T) {
 					dir := *outDir
 					if dir == "" {
 						dir = t.TempDir()
+					}
+					if workers == 1 {
+						// Client IDs from crypto/rand then follow from
+						// the seed (a process-wide source: one worker).
+						cryptotest.SetGlobalRandom(t, cfg.Seed)
 					}
 					res := Run(t, cfg, dir)
 					mu.Lock()
