@@ -26,7 +26,7 @@
 # seed, the command that replays it and the shrunk history of the first.
 # Needs redis-server as scripts/test.sh does (it installs it when missing).
 #
-# --simulate runs the deterministic simulation instead (internal/sim: the
+# --simulate runs the simulation instead (internal/sim: the
 # real lock and rueidis adapter against an in-process server, a seeded
 # switch faulting messages, virtual time): histories of 10 virtual minutes,
 # seeds S, S+1, ..., in one process per core (each on one processor), for
@@ -34,8 +34,10 @@
 # judged by the soak's checker and the server-side invariants. It needs no
 # redis-server and ends with the same line (the processes' sum); on a
 # violation it prints the history's seed and the command that simulates it
-# alone. --out keeps each history there (history-<seed>.json.gz, which
-# TestRecheck reads).
+# alone (on one processor: the same history for a stretch, often to its
+# end, not always - Go's select and map order and the lock's retry jitter
+# follow no seed). --out keeps each history there (history-<seed>.json.gz,
+# which TestRecheck reads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=120 seed=0 out="" report="" cluster="" adapters="" without="" simulate=""
