@@ -18,7 +18,8 @@ import (
 // TestDifferential keeps the in-process server honest: the script
 // requests a simulated run sent (faults and all) are replayed, in the
 // order the simulation's server answered them, on a fresh redis-server
-// and a fresh miniredis, and the two must reply alike - up to numbers
+// and a fresh miniredis with the simulation's script engine (which must
+// have run them), and the two must reply alike - up to numbers
 // that follow the clock (tokens, deadlines, TTLs) and error texts (the
 // first word of an error must match).
 func TestDifferential(t *testing.T) {
@@ -32,6 +33,10 @@ func TestDifferential(t *testing.T) {
 	real := redistest.Start(t)
 	mini := miniredis.RunT(t)
 	mini.ClockTTL(true) // TTLs run on the wall clock, as redis-server's do
+	engine, err := installScripting(mini)
+	if err != nil {
+		t.Fatal(err)
+	}
 	replies := replay(t, [2]string{real.Addr(), mini.Addr()}, res.Exchanges)
 	onReal, onMini := replies[0], replies[1]
 	differ, gaps := 0, 0
@@ -49,6 +54,9 @@ func TestDifferential(t *testing.T) {
 		if differ <= 5 {
 			t.Errorf("seed %d, exchange %d: %q\nredis-server: %q\nminiredis:    %q", cfg.Seed, i, clip(res.Exchanges[i].Request), a, b)
 		}
+	}
+	if engine.Runs() < len(res.Exchanges)*9/10 {
+		t.Errorf("seed %d: the script engine ran %d of the %d exchanges", cfg.Seed, engine.Runs(), len(res.Exchanges))
 	}
 	t.Logf("seed %d: %d script exchanges replayed on both servers, %d replied differently, %d more by the known gap (server_info.lua: miniredis' INFO has no memory or server section)",
 		cfg.Seed, len(res.Exchanges), differ, gaps)

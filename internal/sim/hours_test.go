@@ -22,6 +22,7 @@ func TestHoldOutlivesRenewals(t *testing.T) {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		nw := NewNetwork(1, m, Faults{}, Hooks{})
+		nw.KeepTrace()
 		b, err := rueidisbackend.Dial(rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
 			DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return nw.Dial("rueidis#0") }})
 		if err != nil {

@@ -63,6 +63,7 @@ type Network struct {
 	conns   map[*link]struct{}
 	movers  sync.WaitGroup // the forward goroutines (Close waits for them)
 
+	tracing   bool // keep every decision (Trace)
 	recording bool
 	exchanges []Exchange
 }
@@ -357,7 +358,17 @@ func (n *Network) record(d Decision) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.counts[d.What]++
-	n.trace = append(n.trace, d)
+	if n.tracing {
+		n.trace = append(n.trace, d)
+	}
+}
+
+// KeepTrace makes the switch keep every decision it takes (Trace
+// returns them): a long history takes millions.
+func (n *Network) KeepTrace() {
+	n.mu.Lock()
+	n.tracing = true
+	n.mu.Unlock()
 }
 
 // Pause makes the server answer nothing for d (a SIGSTOP): requests wait
@@ -393,7 +404,8 @@ func (n *Network) FailAll() {
 	}
 }
 
-// Trace returns the decisions so far, in the order they were taken.
+// Trace returns the decisions so far, in the order they were taken (none
+// without KeepTrace).
 func (n *Network) Trace() []Decision {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -86,3 +86,19 @@ func ioReadFull(r *bufio.Reader, p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// encodeCommand writes words as a RESP array of bulk strings.
+func encodeCommand(words []string) []byte {
+	var b []byte
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(words)), 10)
+	b = append(b, "\r\n"...)
+	for _, w := range words {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(w)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, w...)
+		b = append(b, "\r\n"...)
+	}
+	return b
+}

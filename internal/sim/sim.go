@@ -3,8 +3,10 @@
 // (miniredis, which runs the same Lua scripts) behind a switch that
 // decides, per message and by a seed, to deliver, delay or fail, all in
 // a testing/synctest bubble whose clock is virtual - hours of leases in
-// seconds. The soak's checker (internal/soak) judges each history, and an
-// invariant script checks the server's state after the scripts run.
+// seconds. The soak's checker (internal/soak) judges each history, and
+// invariants are checked on the server's state after every script that
+// wrote. miniredis runs the scripts through a script engine of this
+// package (scripting.go) that keeps one Lua state.
 package sim
 
 import (
@@ -14,7 +16,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -42,15 +43,21 @@ type Config struct {
 	// Record keeps every script exchange (Result.Exchanges): the
 	// differential test replays them on redis-server.
 	Record bool
+	// Trace keeps every decision of the switch (Result.Trace).
+	Trace bool
 	// SharedOwner makes each client's first owner on each lock two
 	// goroutines on one Mutex: one owner's calls at once.
 	SharedOwner bool
-	// CheckEvery runs the invariant check after every n-th script reply
-	// (0 or 1: after each): the check costs about what a lock script does.
+	// CheckEvery runs the invariant check after every n-th script that
+	// wrote (0 or 1: after each).
 	CheckEvery int
 	// Java is how many Redisson-model clients queue on the shared locks
 	// (one thread per lock each).
 	Java int
+	// Stop, closed (by a wall-clock timer outside the bubble), ends the
+	// history early, at the next virtual second: a run bounded in wall
+	// time does not wait out a long history.
+	Stop <-chan struct{}
 }
 
 // DefaultConfig is the simulation's usual mix.
@@ -68,11 +75,12 @@ type Result struct {
 	Ops        int
 	Faults     int
 	Counts     map[string]int // the switch's decisions by kind
-	Trace      []Decision
-	Checks     int      // invariant checks run
-	Broken     []string // invariants found broken
+	Trace      []Decision     // with Config.Trace
+	Checks     int            // invariant checks run
+	Broken     []string       // invariants found broken
 	Exchanges  []Exchange
 	VirtualEnd time.Duration
+	RanFor     time.Duration // the virtual time the actors ran (Duration, or less with Stop)
 }
 
 // Run simulates one history and checks it. dir takes the history file.
@@ -97,52 +105,68 @@ func Run(t *testing.T, cfg Config, dir string) Result {
 
 // world is one simulation's server, switch and invariant checker.
 type world struct {
-	srv *miniredis.Miniredis
-	nw  *Network
-	inv *Invariants
-	rec *recorder
-	cfg Config
-
-	poke    chan struct{} // asks the invariant checker to run (coalesced)
-	replies atomic.Int64  // script replies so far
+	srv    *miniredis.Miniredis
+	engine *scriptEngine
+	nw     *Network
+	inv    *Invariants
+	rec    *recorder
+	cfg    Config
+	writes int // scripts that wrote (under the server's lock)
 }
 
 func simulate(t *testing.T, cfg Config, rec *recorder) Result {
-	w := &world{srv: miniredis.NewMiniRedis(), rec: rec, cfg: cfg, poke: make(chan struct{}, 1)}
+	w := &world{srv: miniredis.NewMiniRedis(), rec: rec, cfg: cfg}
 	w.srv.ClockTTL(true) // TTLs run on time.Now(): the bubble's virtual clock
 	names := make([]string, cfg.Locks)
 	for i := range names {
 		names[i] = fmt.Sprintf("sim:s%d", i)
 	}
 	var err error
-	if w.inv, err = NewInvariants(w.srv, names); err != nil {
+	if w.engine, err = installScripting(w.srv); err != nil {
 		t.Fatal(err)
 	}
-	w.nw = NewNetwork(cfg.Seed, w.srv, cfg.Faults, Hooks{Replied: w.replied, Fault: w.fault})
+	w.inv = NewInvariants(names)
+	w.engine.afterWrite = w.afterWrite
+	w.nw = NewNetwork(cfg.Seed, w.srv, cfg.Faults, Hooks{Fault: w.fault})
 	if cfg.Record {
 		w.nw.Record()
 	}
+	if cfg.Trace {
+		w.nw.KeepTrace()
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	var checker, actors sync.WaitGroup
-	checker.Go(func() { w.checkLoop(ctx) })
+	var actors sync.WaitGroup
 	closers := w.startActors(t, ctx, &actors, names)
-	time.Sleep(cfg.Duration)
+	ranFor := runFor(cfg.Duration, cfg.Stop)
 	stop()
 	actors.Wait()
 	for _, c := range closers {
 		c()
 	}
-	checker.Wait()
-	if err := w.inv.Check(); err != nil {
-		t.Errorf("sim: last invariant check: %v", err)
-	}
+	w.engine.Inspect(w.inv.Check)
 	end := rec.h.Now()
-	w.inv.Close()
 	w.srv.Close()
 	w.nw.Close()
 	checks, broken := w.inv.Result()
-	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end,
+	return Result{Counts: w.nw.Counts(), Trace: w.nw.Trace(), Checks: checks, Broken: broken, VirtualEnd: end, RanFor: ranFor,
 		Exchanges: w.nw.Exchanges()}
+}
+
+// runFor lets virtual time run d, or until stop closes, and returns how
+// long it ran.
+func runFor(d time.Duration, stop <-chan struct{}) time.Duration {
+	ran := time.Duration(0)
+	for ran < d {
+		select {
+		case <-stop:
+			return ran
+		default:
+		}
+		step := min(d-ran, time.Second)
+		time.Sleep(step)
+		ran += step
+	}
+	return ran
 }
 
 // startActors opens the clients and starts their owners, the admin and
@@ -203,7 +227,8 @@ func (w *world) client(t *testing.T, label string) (*rueidisbackend.Backend, *lo
 // switch, labelled label.
 func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
 	opt := rueidis.ClientOption{InitAddress: []string{"sim:6379"}, DisableCache: true, ForceSingleClient: true,
-		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) }}
+		DialCtxFn:  func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) { return w.nw.Dial(label) },
+		RetryDelay: retryDelay}
 	// The switch may fail the first connection's handshake, as a network
 	// can: dial again, a bounded number of times, as an application would.
 	var b *rueidisbackend.Backend
@@ -215,6 +240,12 @@ func (w *world) dial(t *testing.T, label string) *rueidisbackend.Backend {
 	}
 	t.Fatalf("sim: dial %s: %v", label, err)
 	return nil
+}
+
+// retryDelay is rueidis's back-off between retries without its jitter,
+// which comes from a source no seed sets.
+func retryDelay(attempts int, _ rueidis.Completed, _ error) time.Duration {
+	return min(time.Second, time.Duration(1<<min(20, attempts))*time.Microsecond)
 }
 
 // startJava opens one Redisson-model client (over rueidis, through the
@@ -238,30 +269,26 @@ func (w *world) startJava(t *testing.T, ctx context.Context, actors *sync.WaitGr
 	return func() { b.Close() }
 }
 
-// replied asks the invariant checker to run; a check already asked for
-// covers this reply too.
-func (w *world) replied() {
-	if n := int64(w.cfg.CheckEvery); n > 1 && w.replies.Add(1)%n != 0 {
+// afterWrite checks the invariants after every CheckEvery-th script that
+// wrote, before its reply goes out: no state a script leaves goes
+// unchecked (reads change nothing the invariants read; a key's expiry
+// only ends entries they would excuse). It checks the locks the script
+// named in its KEYS (a script in a cluster touches no other keys), and
+// every lock after every fullCheckEvery-th.
+func (w *world) afterWrite(do CommandFunc, keys []string) {
+	w.writes++
+	if n := w.cfg.CheckEvery; n > 1 && w.writes%n != 0 {
 		return
 	}
-	select {
-	case w.poke <- struct{}{}:
-	default:
+	if w.writes%fullCheckEvery == 0 {
+		keys = nil
 	}
+	w.inv.CheckKeys(do, keys)
 }
 
-func (w *world) checkLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.poke:
-			if err := w.inv.Check(); err != nil {
-				return
-			}
-		}
-	}
-}
+// fullCheckEvery is how often (in scripts that wrote) every lock is
+// checked, whatever the script named.
+const fullCheckEvery = 64
 
 // fault records one message's fault in the history, so the checker
 // excuses what it explains (as the soak's proxies' faults are).
