@@ -149,7 +149,16 @@ end
 
 local now = server_now()
 local position = 0
-local score = redis.call('zscore', KEYS[3], me)
+-- score: this owner's Redisson deadline when it is queued. It is read
+-- only when this owner may be queued: not when there is no queue, nor
+-- when the purge read its liveness deadline and found none (also,
+-- base.lua) - a fairlock owner is queued with both, and its join writes
+-- them together. A Redisson deadline left without a liveness entry all
+-- the same is found by the join's ZADD below.
+local score = nil
+if (present == 2 or ttl == -2) and also_live ~= false then
+  score = redis.call('zscore', KEYS[3], me)
+end
 local is_head = first == me
 local alive = nil
 -- in_timeouts: this owner has an entry in Redisson's zset, which a join
@@ -194,10 +203,12 @@ else
   -- that added to the last deadline grew with every turn, as fairlock
   -- acquisitions take nothing off it.
   --
-  -- The Redisson waiters are counted as the entries of Redisson's zset
-  -- less the live fairlock waiters (liveness deadline not passed): two
-  -- O(log N) reads, never a visit of the queue (X8). A liveness entry can
-  -- outlive its queue entry, as Redisson's scripts know nothing of it:
+  -- The Redisson waiters are counted as the entries ahead in the queue
+  -- (the RPUSH's length; the queue holds the owners Redisson's zset
+  -- holds) less the live fairlock waiters (liveness deadline not
+  -- passed): one O(log N) read, never a visit of the queue (X8). A
+  -- liveness entry can outlive its queue entry, as Redisson's scripts
+  -- know nothing of it:
   -- Redisson's purge drops a fairlock waiter first in line whose deadline
   -- has passed, and Redisson's delete() drops them all. Counted as a
   -- fairlock waiter, such a stale entry would hide a Redisson waiter: this
@@ -249,7 +260,11 @@ else
   end
   redis.call('zadd', KEYS[4], now + waiter_timeout, me)
   local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf') - 1
-  local others = redis.call('zcard', KEYS[3])
+  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
+  position = redis.call('rpush', KEYS[2], me)
+  -- The entries ahead, counted in the queue, which holds the owners
+  -- Redisson's zset holds (see keep_queue).
+  local others = position - 1
   if others == 0 then
     -- Emptied (or never there): the ZADD below makes it anew, with no
     -- expiry.
@@ -257,13 +272,18 @@ else
   end
   local javas = math.max(others - gos, 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
-  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
   if top[2] then
     deadline = math.max(deadline, tonumber(top[2]))
   end
-  position = redis.call('rpush', KEYS[2], me)
+  if redis.call('zadd', KEYS[3], deadline, me) == 0 then
+    -- This owner had a Redisson deadline, unread above as it had no
+    -- liveness entry: any entry of its own ahead goes (the scan of
+    -- LREM, only here), and it queues once, at the tail. Counted among
+    -- the entries ahead, that entry only gave it more room.
+    redis.call('lrem', KEYS[2], 0, me)
+    position = redis.call('rpush', KEYS[2], me)
+  end
   is_head = position == 1
-  redis.call('zadd', KEYS[3], deadline, me)
   latest = deadline
 end
 if score then
