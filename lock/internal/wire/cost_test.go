@@ -114,6 +114,7 @@ func (r *costRig) queue(n int) int64 {
 type costRun struct {
 	calls      map[string]int64
 	scriptUsec int64 // the script call's, its commands included
+	scripts    int64 // script calls
 	cmdUsec    int64 // its commands' own
 }
 
@@ -151,6 +152,13 @@ func (r *costRig) measure(f func() any) (costRun, any) {
 	r.srv.Do(r.t, "CONFIG", "RESETSTAT")
 	reply := f()
 	info, _ := r.srv.Do(r.t, "INFO", "commandstats").(string)
+	return parseCommandStats(info), reply
+}
+
+// parseCommandStats reads INFO commandstats into a costRun: the script
+// calls' time, and the calls and time of every other command but the
+// measurement's own.
+func parseCommandStats(info string) costRun {
 	run := costRun{calls: map[string]int64{}}
 	for line := range strings.Lines(info) {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -170,12 +178,13 @@ func (r *costRig) measure(f func() any) (costRun, any) {
 		}
 		if name == "eval" || name == "evalsha" {
 			run.scriptUsec += usec
+			run.scripts += calls
 			continue
 		}
 		run.calls[name] += calls
 		run.cmdUsec += usec
 	}
-	return run, reply
+	return run
 }
 
 // costPath is one measured path: its name, the redis.call commands it may
