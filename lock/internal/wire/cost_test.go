@@ -242,7 +242,7 @@ func costPaths() []costPath {
 		{"enqueue behind holder, 0 waiters", 16, enqueue(0), "[0 "},
 		{"enqueue behind holder, 1 waiter", 13, enqueue(1), "[0 "},
 		{"enqueue behind holder, 14 waiters", 13, enqueue(14), "[0 "},
-		{"heartbeat, head of 15", 15, heartbeat(1), "[0 "},
+		{"heartbeat, head of 15", 14, heartbeat(1), "[0 "},
 		{"heartbeat, 8th of 15", 14, heartbeat(8), "[0 "},
 		{"heartbeat, tail of 15", 14, heartbeat(15), "[0 "},
 		{"unlock hand-over, 15 waiters", 16, func(r *costRig) (costRun, any) {
@@ -267,7 +267,7 @@ func costPaths() []costPath {
 		}, "1"},
 		{"leave, head of 15", 13, leave(1), "[1 "},
 		{"leave, 8th of 15", 10, leave(8), "[1 "},
-		{"leave, tail of 15", 13, leave(15), "[1 "},
+		{"leave, tail of 15", 12, leave(15), "[1 "},
 	}
 }
 
@@ -377,5 +377,26 @@ func TestJoinWithoutLivenessEntryQueuesOnce(t *testing.T) {
 	}
 	if s, _ := srv.Do(t, "ZSCORE", k.Alive, owner(2)).(string); s == "" {
 		t.Errorf("owner 2 has no liveness entry after joining")
+	}
+}
+
+// TestPublishEachCommand: a hand-over with two publish commands sends each
+// message with each of them, and is not refused (the scripts split the
+// list without a pattern).
+func TestPublishEachCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	k, _ := Derive("orders")
+	r := &costRig{t: t, srv: srv, s: NewScripts(), k: k, loaded: map[string]bool{}, w: Wake{ChannelPrefix: k.Channel, Publish: "publish,spublish"}}
+	token := r.queue(2)
+	run, reply := r.measure(func() any { return r.unlock(0, View{Token: token, Count: 1}) })
+	if fmt.Sprint(reply) != "0" {
+		t.Fatalf("unlock: %v, want 0", reply)
+	}
+	// The grant to owner 1 and the head message to owner 2, each twice.
+	if run.calls["publish"] != 2 || run.calls["spublish"] != 2 {
+		t.Errorf("hand-over published %s, want PUBLISH 2 and SPUBLISH 2", run.byCommand())
 	}
 }

@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "ec043bcb929878a91e86e57454e731735dc9210f",
-	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
+	"acquire":          "cafd168b40d225fb2820f7e6c0f83900e4e88b43",
+	"delete":           "649d0073a4ed0f530fd39473d4116e53ae90e78a",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
-	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
-	"leave":            "37fb4b1614efd5803f0aa7f84a90ebca5df5abdf",
-	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
+	"force_unlock":     "e07c8fe9872e12113f4f0902f907b16871f7459b",
+	"inspect":          "8ce01e53a6d5bbbb008b6b387f0acbb95cd6d449",
+	"leave":            "cef7aaf59281597b8e8ce9dc56d8786baccf794d",
+	"prune":            "f2410203177b329e2fde0539e50417c6c7e9ea02",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",
+	"renew":            "ffe3cf202e13e49c2ad6f0c1fb8ff64fa58fd7fa",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "47275e7057899939128cd28810aa5ec4c87fd658",
+	"unlock":           "c4ae7eb78af600d239b297f4e84c0900eadf3ad3",
 }

@@ -149,17 +149,21 @@ end
 
 local now = server_now()
 local position = 0
--- score: this owner's Redisson deadline when it is queued. It is read
--- only when this owner may be queued: not when there is no queue, nor
--- when the purge read its liveness deadline and found none (also,
--- base.lua) - a fairlock owner is queued with both, and its join writes
--- them together. A Redisson deadline left without a liveness entry all
--- the same is found by the join's ZADD below.
+-- score: this owner's Redisson deadline when it is queued (true: queued
+-- first in line, where its deadline becomes its liveness deadline and the
+-- old one is not needed). It is read only when this owner may be queued
+-- further back: not when there is no queue, nor when the purge read its
+-- liveness deadline and found none (also, base.lua) - a fairlock owner is
+-- queued with both, and its join writes them together. A Redisson
+-- deadline left without a liveness entry all the same is found by the
+-- join's ZADD below.
 local score = nil
-if (present == 2 or ttl == -2) and also_live ~= false then
+local is_head = first == me
+if is_head then
+  score = true
+elseif (present == 2 or ttl == -2) and also_live ~= false then
   score = redis.call('zscore', KEYS[3], me)
 end
-local is_head = first == me
 local alive = nil
 -- in_timeouts: this owner has an entry in Redisson's zset, which a join
 -- replaces.

@@ -33,8 +33,12 @@
 -- clusters where Redisson waiters use sharded pub/sub). Redisson waiters
 -- listen on the same channels (X11).
 local function publish_to(publish, channel_prefix, owner, msg)
-  for cmd in string.gmatch(publish, '[^,]+') do
-    redis.call(cmd, channel_prefix .. ':' .. owner, msg)
+  -- Each command found without a pattern, as refused does (base.lua).
+  local channel, from = channel_prefix .. ':' .. owner, 1
+  while from do
+    local comma = string.find(publish, ',', from, true)
+    redis.call(string.sub(publish, from, (comma or 0) - 1), channel, msg)
+    from = comma and comma + 1
   end
 end
 
