@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "cafd168b40d225fb2820f7e6c0f83900e4e88b43",
-	"delete":           "649d0073a4ed0f530fd39473d4116e53ae90e78a",
+	"acquire":          "13e073d612d61dd9f058f17e4ff88c8a88440b97",
+	"delete":           "e59eccdf074425b73d0b258ac40b8741f8243b4f",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "e07c8fe9872e12113f4f0902f907b16871f7459b",
-	"inspect":          "8ce01e53a6d5bbbb008b6b387f0acbb95cd6d449",
-	"leave":            "cef7aaf59281597b8e8ce9dc56d8786baccf794d",
-	"prune":            "f2410203177b329e2fde0539e50417c6c7e9ea02",
+	"force_unlock":     "ece6cab2379e4e20640e703506bbb4ea624ef890",
+	"inspect":          "49edc4ccd22aa2f56aa1bc7b0660f59cfa4cc123",
+	"leave":            "164c138a6b7605a2dd19ae0132d237ddbffd3639",
+	"prune":            "d7d7d69b00811a73862f25ba407b23c7f7dc7be1",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "ffe3cf202e13e49c2ad6f0c1fb8ff64fa58fd7fa",
+	"renew":            "cf1c520536e9f47f1a8d84a35adc9e0e3b43d1af",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "c4ae7eb78af600d239b297f4e84c0900eadf3ad3",
+	"unlock":           "8a7672a6feb2dd81e1e310bf5de977d6a9407547",
 }

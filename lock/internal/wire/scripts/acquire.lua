@@ -109,7 +109,7 @@ if held then
     if count == tonumber(ARGV[10]) then
       count = count + 1
     end
-    redis.call('hset', KEYS[1], me, count)
+    redis.call('hset', KEYS[1], me, format('%d', count))
     extend(KEYS[1], KEYS[5], lease, ttl)
     return {1, token, count}
   end
@@ -120,15 +120,15 @@ if held then
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.
-  redis.call('hset', KEYS[1], me, 1)
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('hset', KEYS[1], me, '1')
+  redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, next_token(KEYS[5], lease), 1}
 end
 
 if ttl == -2 then
   if (not first) or first == me then
-    redis.call('hset', KEYS[1], me, 1)
-    redis.call('pexpire', KEYS[1], lease)
+    redis.call('hset', KEYS[1], me, '1')
+    redis.call('pexpire', KEYS[1], ARGV[2])
     if first then
       drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
@@ -197,7 +197,7 @@ if score then
     local since = now - (tonumber(alive) - waiter_timeout)
     deadline = math.max(deadline, tonumber(score) + since)
   end
-  redis.call('zadd', KEYS[3], deadline, me)
+  redis.call('zadd', KEYS[3], format('%d', deadline), me)
 else
   -- Join the tail with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
@@ -262,8 +262,8 @@ else
   if timeouts_ttl < 0 then
     redis.call('del', KEYS[4])
   end
-  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
-  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf') - 1
+  redis.call('zadd', KEYS[4], format('%d', now + waiter_timeout), me)
+  local gos = redis.call('zcount', KEYS[4], format('(%d', now), '+inf') - 1
   local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
   position = redis.call('rpush', KEYS[2], me)
   -- The entries ahead, counted in the queue, which holds the owners
@@ -279,7 +279,7 @@ else
   if top[2] then
     deadline = math.max(deadline, tonumber(top[2]))
   end
-  if redis.call('zadd', KEYS[3], deadline, me) == 0 then
+  if redis.call('zadd', KEYS[3], format('%d', deadline), me) == 0 then
     -- This owner had a Redisson deadline, unread above as it had no
     -- liveness entry: any entry of its own ahead goes (the scan of
     -- LREM, only here), and it queues once, at the tail. Counted among
@@ -291,7 +291,7 @@ else
   latest = deadline
 end
 if score then
-  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+  redis.call('zadd', KEYS[4], format('%d', now + waiter_timeout), me)
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.

@@ -70,8 +70,8 @@ elseif redis.call('zscore', KEYS[3], me) then
   -- reaches the head or the tail and is dropped there. Liveness
   -- deadline 0 marks it (left_mark).
   queued = 1
-  redis.call('zadd', KEYS[3], server_now(), me)
-  redis.call('zadd', KEYS[4], left_mark, me)
+  redis.call('zadd', KEYS[3], format('%d', server_now()), me)
+  redis.call('zadd', KEYS[4], format('%d', left_mark), me)
 else
   -- Not queued: a Redisson delete() or purge took the entry and left the
   -- liveness entry, which goes now (X5; the soak found five after a

@@ -72,7 +72,7 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
     tighten(timeouts, owner, live)
     ttl = ttl or redis.call('pttl', hash)
     if ttl > 0 then
-      msg = string.format('head:%.0f', ttl)
+      msg = format('head:%d', ttl)
     end
   end
   publish_to(publish, channel_prefix, owner, msg)
@@ -195,7 +195,7 @@ local left_mark = 0
 -- has passed, none is queued and every mark is of an entry gone (B9).
 -- Two reads, one when there is no mark; never a visit of the queue (X8).
 local function left_in_queue(timeouts, alive)
-  local marks = redis.call('zcount', alive, left_mark, left_mark)
+  local marks = redis.call('zcount', alive, format('%d', left_mark), format('%d', left_mark))
   if marks == 0 then
     return 0, false
   end
@@ -232,7 +232,7 @@ end
 -- a hold of lease ms.
 local function keep_token(token_key, lease)
   if redis.call('pttl', token_key) < lease + token_keep then
-    redis.call('pexpire', token_key, lease + token_keep)
+    redis.call('pexpire', token_key, format('%d', lease + token_keep))
   end
 end
 
@@ -244,7 +244,7 @@ end
 -- after it (X12).
 local function extend(hash, token_key, lease, ttl)
   if (ttl or redis.call('pttl', hash)) < lease then
-    redis.call('pexpire', hash, lease)
+    redis.call('pexpire', hash, format('%d', lease))
   end
   keep_token(token_key, lease)
 end
@@ -258,9 +258,9 @@ end
 -- (X12). The token counter lives as long. When the expiry comes down, the
 -- live head, told the provisional one (wake), is told again (X3).
 local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, owner, lease)
-  redis.call('hset', hash, owner, 1)
+  redis.call('hset', hash, owner, '1')
   local before = redis.call('pttl', hash)
-  redis.call('pexpire', hash, lease)
+  redis.call('pexpire', hash, format('%d', lease))
   keep_token(token_key, lease)
   if lease < before then
     settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, lease)
@@ -295,10 +295,10 @@ local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_pre
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
     local ttl = 2 * (tonumber(live) - now)
     drop('lpop', queue, timeouts, alive, head)
-    redis.call('hset', hash, head, 0)
-    redis.call('pexpire', hash, ttl)
+    redis.call('hset', hash, head, '0')
+    redis.call('pexpire', hash, format('%d', ttl))
     local token = next_token(token_key, ttl)
-    publish_to(publish, channel_prefix, head, string.format('grant:%.0f:%.0f', token, clock_us))
+    publish_to(publish, channel_prefix, head, format('grant:%d:%d', token, clock_us))
     return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, ttl), ttl
   end
   wake(hash, timeouts, channel_prefix, publish, head, live, -2)
@@ -332,7 +332,7 @@ local function tell_evicted(hash, token_key, client_prefix)
   if #fields == 0 then
     return
   end
-  local msg = string.format('lost:%.0f:%s', hold_token(token_key), hash)
+  local msg = format('lost:%d:%s', hold_token(token_key), hash)
   for _, field in ipairs(fields) do
     local client = string.match(field, '^(.*):[^:]*$')
     if client then
@@ -376,12 +376,13 @@ local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_t
   local need = math.floor(last - server_now() + keep)
   timeouts_ttl = timeouts_ttl or redis.call('pttl', timeouts)
   if timeouts_ttl < need then
-    redis.call('pexpire', queue, need + room)
-    redis.call('pexpire', timeouts, need + room)
+    local ttl = format('%d', need + room)
+    redis.call('pexpire', queue, ttl)
+    redis.call('pexpire', timeouts, ttl)
   elseif queue_made then
-    redis.call('pexpire', queue, timeouts_ttl)
+    redis.call('pexpire', queue, format('%d', timeouts_ttl))
   end
   if redis.call('pttl', alive) < need then
-    redis.call('pexpire', alive, need + room)
+    redis.call('pexpire', alive, format('%d', need + room))
   end
 end
