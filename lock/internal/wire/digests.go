@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "13e073d612d61dd9f058f17e4ff88c8a88440b97",
-	"delete":           "e59eccdf074425b73d0b258ac40b8741f8243b4f",
+	"acquire":          "3b89db486ad239c78f0f50c111ff8bb3cd5fd231",
+	"delete":           "12fe4fee28a7555e4dfe8e9d34dea3d6acd20a5d",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "ece6cab2379e4e20640e703506bbb4ea624ef890",
-	"inspect":          "49edc4ccd22aa2f56aa1bc7b0660f59cfa4cc123",
-	"leave":            "164c138a6b7605a2dd19ae0132d237ddbffd3639",
-	"prune":            "d7d7d69b00811a73862f25ba407b23c7f7dc7be1",
+	"force_unlock":     "c9d5bf96306c98269bcd82cd275d46dfe6ecae73",
+	"inspect":          "aa6df8eebb10555c7b65d0042978b73dbaca2055",
+	"leave":            "7b2f4ae7ede8c8e11b9a913d068f5ed4677b1048",
+	"prune":            "c23bc4e4ce51a375dccc51ce13a7a7b7ea6af8d7",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "cf1c520536e9f47f1a8d84a35adc9e0e3b43d1af",
+	"renew":            "61192fd57024c39ac610480dbb73ffb41b9f9be1",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "8a7672a6feb2dd81e1e310bf5de977d6a9407547",
+	"unlock":           "af4c329ad9febb8c4ec02c5c49702108ebd2227e",
 }

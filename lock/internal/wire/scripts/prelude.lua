@@ -228,12 +228,14 @@ local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   end
 end
 
--- keep_token makes the token counter live at least token_keep longer than
--- a hold of lease ms.
+-- keep_token makes the token counter live token_keep longer than a hold
+-- of lease ms whose expiry the caller has just set. Every script that
+-- sets the lock hash's expiry sets the counter's with it (next_token, or
+-- here), a second longer, and both count down together: so the counter
+-- outlives the hash by a second without its PTTL being read, and while
+-- the hash is not extended it needs nothing.
 local function keep_token(token_key, lease)
-  if redis.call('pttl', token_key) < lease + token_keep then
-    redis.call('pexpire', token_key, format('%d', lease + token_keep))
-  end
+  redis.call('pexpire', token_key, format('%d', lease + token_keep))
 end
 
 -- extend makes the lock hash live at least lease ms more, and the token
@@ -245,8 +247,8 @@ end
 local function extend(hash, token_key, lease, ttl)
   if (ttl or redis.call('pttl', hash)) < lease then
     redis.call('pexpire', hash, format('%d', lease))
+    keep_token(token_key, lease)
   end
-  keep_token(token_key, lease)
 end
 
 -- take_up turns owner's hand-over grant (field 0, hand_over_to) into a
