@@ -244,7 +244,7 @@ func costPaths() []costPath {
 		{"enqueue behind holder, 14 waiters", 13, enqueue(14), "[0 "},
 		{"heartbeat, head of 15", 14, heartbeat(1), "[0 "},
 		{"heartbeat, 8th of 15", 14, heartbeat(8), "[0 "},
-		{"heartbeat, tail of 15", 14, heartbeat(15), "[0 "},
+		{"heartbeat, tail of 15", 13, heartbeat(15), "[0 "},
 		{"unlock hand-over, 15 waiters", 16, func(r *costRig) (costRun, any) {
 			token := r.queue(15)
 			return r.measure(func() any { return r.unlock(0, View{Token: token, Count: 1}) })

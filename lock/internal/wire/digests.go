@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "3b89db486ad239c78f0f50c111ff8bb3cd5fd231",
-	"delete":           "12fe4fee28a7555e4dfe8e9d34dea3d6acd20a5d",
+	"acquire":          "2489abdd54f82f7fea25ffffcf1ef9f0f9099aca",
+	"delete":           "d9ee01e75d85eacf166174a2dd334fe922c24ba7",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "c9d5bf96306c98269bcd82cd275d46dfe6ecae73",
-	"inspect":          "aa6df8eebb10555c7b65d0042978b73dbaca2055",
-	"leave":            "7b2f4ae7ede8c8e11b9a913d068f5ed4677b1048",
-	"prune":            "c23bc4e4ce51a375dccc51ce13a7a7b7ea6af8d7",
+	"force_unlock":     "8b64705313a690f198417a6261f4f728cc110297",
+	"inspect":          "fe1ef959a7ff052caaa716455b42c958d0bac939",
+	"leave":            "1b011fef6efb6f320e3ee9f5e37a8a3f5f1ccad7",
+	"prune":            "2593bf541f18010cd2cda3e5f4f5a602669df2f6",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "61192fd57024c39ac610480dbb73ffb41b9f9be1",
+	"renew":            "4eb3d2ff8509ae77ff59f2c0b252864adc5f6330",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "af4c329ad9febb8c4ec02c5c49702108ebd2227e",
+	"unlock":           "34fd5749e6248bcc51210c9cf9bbd8815cf94916",
 }

@@ -295,7 +295,7 @@ if score then
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 end
 local left, stale = left_in_queue(KEYS[3], KEYS[4])
 if stale then

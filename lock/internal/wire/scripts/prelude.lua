@@ -213,12 +213,14 @@ end
 -- next chains its deadline on a live waiter: a Redisson waiter chaining
 -- on a dead entry gets a negative hint and a deadline that may have
 -- passed already (X11). Only that run is visited (X8). Returns the live
--- tail left (nil: the queue is empty).
-local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
+-- tail left (nil: the queue is empty). live_owner, if given, is an owner
+-- the caller knows is alive (its heartbeat has just run): found at the
+-- tail, it ends the run without a read.
+local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish, live_owner)
   while true do
     local tail = redis.call('lindex', queue, -1)
-    if not tail then
-      return nil
+    if not tail or tail == live_owner then
+      return tail
     end
     local dead, live = is_dead(timeouts, alive, tail)
     if not dead then
