@@ -150,8 +150,13 @@ type hotRig struct {
 	req uint64
 }
 
+// hotWaiterTimeout is the waiters' timeout in the contended cycle: long,
+// so that no waiter is judged dead however long the machine stalls the
+// server, and the grants follow the queue's order.
+const hotWaiterTimeout = time.Minute
+
 func (h *hotRig) acquireCall(who int) backend.Call {
-	return Acquire{Owner: owner(who), Lease: costLease, WaiterTimeout: costWaiterTimeout, Wake: h.w,
+	return Acquire{Owner: owner(who), Lease: costLease, WaiterTimeout: hotWaiterTimeout, Wake: h.w,
 		MaxHint: costWaiterTimeout / 3, Slack: costSlack}.Call(h.s, h.k)
 }
 
@@ -201,7 +206,20 @@ func (h *hotRig) hotPair(t *testing.T) costRun {
 // not taken up yet) and queues again behind the others, as 16 contenders
 // do: owner i%16 holds in cycle i.
 func (h *hotRig) hotContended(t *testing.T) costRun {
-	token := h.queue(15)
+	h.p.send("FLUSHALL")
+	for i := range 16 {
+		h.p.call(h.acquireCall(i))
+	}
+	replies := h.p.replies(t, 17)
+	var token int64
+	if _, err := fmt.Sscanf(replies[1], "[1 %d 1]", &token); err != nil {
+		t.Fatalf("owner 0 did not take the free lock: %s", replies[1])
+	}
+	for i, got := range replies[2:] {
+		if !strings.HasPrefix(got, "[0 ") {
+			t.Fatalf("owner %d was not queued: %s", i+1, got)
+		}
+	}
 	return h.run(t, hotCycles, func(i int) []string {
 		h.p.call(h.unlockCall(i%16, token))
 		h.p.call(h.acquireCall(i % 16))
