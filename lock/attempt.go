@@ -49,6 +49,7 @@ func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err
 		// (leaveLeftover waits again, inside, for a leave that failed
 		// since).
 		if err := w.o.awaitLeaves(ctx); err != nil {
+			w.failing.Store(&err) // its caller may return first (runBounded)
 			return r, nil, err
 		}
 	}

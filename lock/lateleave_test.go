@@ -188,3 +188,89 @@ func TestLateLeave_FailedAtOnce_NextQueuesAfterItsBound(t *testing.T) {
 	}
 	t.Logf("figures: W acquired %v after the setup began (its next Lock waited out the first leave's 2 s bound)", time.Since(start).Round(time.Millisecond))
 }
+
+// TestLeaveNeverSent_NextTryLockAsksAtOnce: a TryLock(0) against a server
+// that is down fails (connection refused), and so does its leave - which
+// therefore never reached the server and cannot later. The owner's next
+// TryLock, the server back and the lock free, asks at once and acquires:
+// it waited 2 s for that leave, and its own 300 ms ran out there as
+// "not acquired" (the cluster soak, seeds 158433210434209 and
+// 211070069488786, around failovers).
+func TestLeaveNeverSent_NextTryLockAsksAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := clientOn(t, srv)
+	m := newTestMutex(t, c, "leave-never-sent")
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	srv.Kill(t)
+	if _, err := m.TryLock(ctx, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("TryLock(0) with the server down = %v, want ErrUnavailable", err)
+	}
+	srv.Restart(t)
+	start := time.Now()
+	var h *Hold
+	var err error
+	// The client's connections come back at their own pace: each try
+	// must fail as unavailable, never as "not acquired" on a free lock.
+	for range 20 {
+		h, err = m.TryLock(ctx, 300*time.Millisecond)
+		t.Logf("try at %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("TryLock(300ms) on the free lock, the server back = %v after %v, want a hold", err, time.Since(start))
+	}
+	t.Logf("figures: acquired %v after the restart", time.Since(start).Round(time.Millisecond))
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = h
+}
+
+// TestLeaveUnsettled_NextTryLockSaysUnavailable: W's leave fails with its
+// outcome unknown (the connection broke after the request was written),
+// so W's next call waits until that leave can no longer reach the server
+// (X5). A TryLock whose wait runs out meanwhile has asked the server
+// nothing: ErrUnavailable, not ErrNotAcquired.
+func TestLeaveUnsettled_NextTryLockSaysUnavailable(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	late := &lateRequests{script: "leave", limit: 1, failFast: true}
+	srv := redistest.Start(t)
+	holder := newTestMutex(t, clientOn(t, srv), "leave-unsettled")
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	late.Backend = rueidisbackend.New(rc)
+	cw, err := NewClient(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cw.Close() })
+	t.Cleanup(func() { late.deliver() })
+	w := newTestMutex(t, cw, "leave-unsettled")
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late.hold()
+	if _, err := w.TryLock(ctx, 200*time.Millisecond); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("W's first TryLock behind the holder = %v, want ErrNotAcquired", err)
+	}
+	redistest.Eventually(t, 5*time.Second, "W's leave failed", func() bool {
+		late.mu.Lock()
+		defer late.mu.Unlock()
+		return late.held == 1
+	})
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.TryLock(ctx, 300*time.Millisecond)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("W's next TryLock, waiting out its unsettled leave = %v, want ErrUnavailable", err)
+	}
+	t.Logf("the error: %v", err)
+}

@@ -274,9 +274,9 @@ func (m *Mutex) holdEnded(h *Hold, err error, grant bool) {
 // known is the token of the hold the client knows (0: none). The leave
 // does nothing from the server's time the client gives up on it (X5):
 // came later, it could take out the owner's next queue entry, or pass on
-// its grant. Its error is a leaveUnsettled: the leave did not settle - it
-// failed, or may still reach the server - and the owner must not queue
-// again before its end.
+// its grant. Its error is a leaveUnsettled when the leave did not settle
+// - it may still reach the server - and the owner must not queue again
+// before its end.
 func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, error) {
 	sent := time.Now()
 	ctx, cancel := cleanupContext(ctx)
@@ -295,7 +295,12 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 	if err == nil && r.Expired {
 		err = errors.New("the leave reached the server after its client had given up on it, and did nothing")
 	}
-	if err != nil {
+	switch {
+	case err != nil && notRun(err):
+		// Refused, or never sent (connection refused): it cannot run
+		// later.
+		return wire.LeaveReply{}, err
+	case err != nil:
 		return wire.LeaveReply{}, leaveUnsettled{end: end, err: err}
 	}
 	return r, nil

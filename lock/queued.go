@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fairlock/fairlock/lock/internal/wire"
@@ -121,7 +122,9 @@ func (o *owner) unsettledLeave(end time.Time) {
 // reach the server any more, or ctx ends: from then its leave does
 // nothing (leave.lua), and cannot take out the entry the caller is about
 // to queue, or pass on that entry's grant (X5). At most cleanupTimeout,
-// and only after such a leave.
+// and only after such a leave. A call whose ctx ends first has asked the
+// server nothing: it cannot tell whether the lock is busy
+// (ErrUnavailable, errLeaveUnsettled).
 func (o *owner) awaitLeaves(ctx context.Context) error {
 	o.mu.Lock()
 	end := o.leaveUnsettled
@@ -136,6 +139,11 @@ func (o *owner) awaitLeaves(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return joinLine(ctx.Err(), ErrUnavailable, errLeaveUnsettled)
 	}
 }
+
+// errLeaveUnsettled is why a call that waited out its owner's earlier
+// leave, unanswered and maybe still on its way, could not tell whether the
+// lock is busy.
+var errLeaveUnsettled = errors.New("an earlier leave of this owner had no answer and may still reach the server")
