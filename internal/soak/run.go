@@ -31,11 +31,11 @@ type Config struct {
 	// Java mixes Redisson-model owners into the queues (default on
 	// unless NoJava).
 	NoJava bool
-	// Without are fault kinds the standalone nemesis leaves out
-	// (FaultEvict, FaultLongPause, and the message-level FaultReplyLost,
-	// FaultHoldBack, FaultNoticeBurst): an eviction becomes a latency
-	// fault, a long pause a restart, a message-level fault one of the
-	// others.
+	// Without are fault kinds the nemesis leaves out: FaultEvict and
+	// FaultLongPause (standalone), and the message-level FaultReplyLost,
+	// FaultHoldBack, FaultNoticeBurst (standalone and cluster). An
+	// eviction becomes a latency fault, a long pause a restart, a
+	// message-level fault one of the others (on a cluster, none).
 	Without []FaultKind
 }
 
@@ -91,11 +91,19 @@ func Run(t *testing.T, cfg Config) Result {
 
 	stalls := watchStalls(w.h)
 	defer stalls()
-	nm := &nemesis{t: t, h: w.h, srv: srv, raw: admin, proxies: proxies, split: split, clients: w.clients, admin: ad,
-		names: lockNames(len(w.clients)), without: cfg.Without, sharing: &w.sharing, rnd: rand.New(rand.NewPCG(cfg.Seed, 9))}
+	nm := &nemesis{messageFaults: w.messageFaults(t, admin, ad, false), srv: srv, raw: admin, proxies: proxies, split: split,
+		names: lockNames(len(w.clients))}
 	runFaults(cfg, nm.step)
 	w.finish()
 	return w.result(t, admin, nm.count)
+}
+
+// messageFaults returns what a nemesis of w's needs to fault single
+// messages of w's clients: publishing through pub, force-unlocking
+// through ad, with the run's seed (the nemesis draws all its faults so).
+func (w *workload) messageFaults(t *testing.T, pub redis.UniversalClient, ad *adminActor, sharded bool) *messageFaults {
+	return &messageFaults{t: t, h: w.h, pub: pub, clients: w.clients, admin: ad, without: w.cfg.Without, sharing: &w.sharing,
+		rnd: rand.New(rand.NewPCG(w.cfg.Seed, 9)), sharded: sharded}
 }
 
 // runFaults steps the nemesis, each step given the time left, for the
@@ -454,20 +462,14 @@ func (a *adminActor) prune(ctx context.Context, c *goClient, name string) {
 }
 
 // nemesis injects one fault at a time, on one client's proxies or on the
-// server.
+// server, or a few on single messages (messageFaults).
 type nemesis struct {
-	t       *testing.T
-	h       *History
+	*messageFaults
 	srv     *redistest.Server
 	raw     *redis.Client // straight to the server: CLIENT PAUSE, the eviction
 	proxies map[string][]*redistest.Proxy
-	split   string // the label of the client made of two
-	clients []*goClient
-	admin   *adminActor // a notice burst force-unlocks every lock through it
-	names   []string    // every lock the workload uses
-	without []FaultKind
-	sharing *sharedNow // the shared owners' calls at once, which some faults aim at
-	rnd     *rand.Rand
+	split   string   // the label of the client made of two
+	names   []string // every lock the workload uses
 	count   map[FaultKind]int
 }
 

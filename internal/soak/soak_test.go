@@ -19,7 +19,7 @@ var (
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
 	only    = flag.String("soak.adapters", "", "TestSoak: the adapters to run, by name, comma-separated (default: all; scripts/soak.sh --adapters)")
-	without = flag.String("soak.without", "", "TestSoak: fault kinds the standalone nemesis leaves out, comma-separated (eviction, long-pause, reply-lost, held-back, notice-burst; scripts/soak.sh --without)")
+	without = flag.String("soak.without", "", "TestSoak: fault kinds the nemesis leaves out, comma-separated (eviction, long-pause: standalone; reply-lost, held-back, notice-burst: both; scripts/soak.sh --without)")
 	cluster = flag.Bool("soak.cluster", false, "TestSoak: run on a Redis Cluster (3 primaries, a replica each) under cluster faults (RunCluster; scripts/soak.sh --cluster)")
 )
 
