@@ -8,15 +8,16 @@
 #
 # --cluster runs it on a Redis Cluster (3 primaries, a replica each; every
 # other client with replica acks) under cluster faults - a shared lock's
-# slot migrated, a primary failed over, a primary paused - and counts what
-# a failover without replica acks may do (RULES.md X9) as documented
-# exceptions, apart from the violations;
+# slot migrated, a primary failed over, a primary paused - with faults on
+# single messages between them, and counts what a failover without
+# replica acks may do (RULES.md X9) as documented exceptions, apart from
+# the violations;
 # --adapters runs only the named adapters (rueidis, rueidis-nocache,
 # valkey-go, go-redis, go-redis-new; the Java owners and the rueidis
 # client made of two stay);
-# --without leaves fault kinds out of the standalone nemesis (eviction,
-# long-pause, and the faults on single messages: reply-lost, held-back,
-# notice-burst);
+# --without leaves fault kinds out of the nemesis: eviction and long-pause
+# (standalone), and the faults on single messages - reply-lost, held-back,
+# notice-burst - standalone and --cluster;
 # --out keeps the history and the violation reports (text, porcupine's
 # HTML) in DIR; --report rewrites FILE's generated soak section
 # (RELIABILITY.md).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,8 +28,10 @@ import (
 // The cluster soak (RunCluster): the standalone workload on a Redis
 // Cluster of 3 primaries with a replica each, every client in cluster
 // mode and every other one with replica acks; the nemesis moves a shared
-// lock's slot, fails a primary over and pauses one. No proxies: cluster
-// clients follow the nodes' own addresses, so faults are the servers'.
+// lock's slot, fails a primary over and pauses one, and between those
+// faults single messages of the Go clients as the standalone nemesis
+// does (messageFaults). No proxies: cluster clients follow the nodes' own
+// addresses, so the other faults are the servers'.
 
 const (
 	// clusterNodeTimeout is every node's cluster-node-timeout: a failover
@@ -93,11 +94,13 @@ func RunCluster(t *testing.T, cfg Config) Result {
 		w.startJavas(t, func() (backend.Backend, error) { return ClusterAdapters[0].Dial(addrs) }, true)
 	}
 	defer w.closeJavas()
-	w.startAdmin(admin)
+	ad := w.startAdmin(admin)
 
 	stalls := watchStalls(w.h)
 	defer stalls()
-	nm := newClusterNemesis(t, w.h, c, lockNames(len(w.clients)), rand.New(rand.NewPCG(cfg.Seed, 9)))
+	// The clients wake waiters sharded: PublishAuto on a Redis 7+
+	// cluster (redistest's servers are).
+	nm := newClusterNemesis(w.messageFaults(t, admin, ad, true), c, lockNames(len(w.clients)))
 	runFaults(cfg, nm.step)
 	w.finish()
 	c.WaitSettled(t)
@@ -131,22 +134,22 @@ func allKeys(ctx context.Context, raw redis.UniversalClient) ([]string, error) {
 type placement map[string]*redistest.Server
 
 // clusterNemesis injects one cluster fault at a time, on the primary of
-// a shared lock's slot, and notices failovers nobody asked for.
+// a shared lock's slot, with faults on single messages between them
+// (messageFaults), and notices failovers nobody asked for.
 type clusterNemesis struct {
-	t        *testing.T
-	h        *History
+	*messageFaults
 	c        *redistest.Cluster
 	names    []string // every lock
-	rnd      *rand.Rand
 	count    map[FaultKind]int
 	placed   placement     // after the last step
 	placedAt time.Duration // when placed was read
 }
 
-// newClusterNemesis returns a nemesis for cluster c and the locks names.
-func newClusterNemesis(t *testing.T, h *History, c *redistest.Cluster, names []string, rnd *rand.Rand) *clusterNemesis {
-	n := &clusterNemesis{t: t, h: h, c: c, names: names, rnd: rnd, count: map[FaultKind]int{}}
-	n.placed, n.placedAt = n.placement(), h.Now()
+// newClusterNemesis returns a nemesis for cluster c and the locks names,
+// which faults single messages with mf.
+func newClusterNemesis(mf *messageFaults, c *redistest.Cluster, names []string) *clusterNemesis {
+	n := &clusterNemesis{messageFaults: mf, c: c, names: names, count: map[FaultKind]int{}}
+	n.placed, n.placedAt = n.placement(), n.h.Now()
 	return n
 }
 
@@ -159,14 +162,20 @@ func (n *clusterNemesis) placement() placement {
 	return p
 }
 
-// step waits a little, then runs one fault, never past left.
+// step waits a little, then runs one cluster fault, never past left.
+// Halfway through the wait it takes a turn of faults on single messages,
+// which runs some one time in two (messageTurn): they come between the
+// cluster faults and leave their pace as it was.
 func (n *clusterNemesis) step(left time.Duration) {
 	quiet := time.Duration(2000+n.rnd.IntN(4000)) * time.Millisecond
 	if quiet >= left {
 		time.Sleep(left)
 		return
 	}
-	time.Sleep(quiet) // the quiet time between faults is the schedule, not a synchronisation
+	end := time.Now().Add(quiet)
+	time.Sleep(quiet / 2) // the quiet time between faults is the schedule, not a synchronisation
+	n.messageTurn()
+	time.Sleep(time.Until(end)) // what is left of it, if any
 	before := n.placement()
 	n.unasked(n.placed, before, n.placedAt)
 	name := sharedNames[n.rnd.IntN(len(sharedNames))]
@@ -196,6 +205,19 @@ func (n *clusterNemesis) step(left time.Duration) {
 	n.placed = n.placement()
 	n.unasked(expect, n.placed, f.Start)
 	n.placedAt = n.h.Now()
+}
+
+// messageTurn runs faults on single messages of one Go client, drawn
+// as the standalone nemesis draws them (messageFault: one turn in two,
+// more while a shared owner's calls at once are in flight), and records
+// them.
+func (n *clusterNemesis) messageTurn() {
+	target := n.clients[n.rnd.IntN(len(n.clients))].label
+	fs, _ := n.messageFault(target)
+	for _, f := range fs {
+		n.h.AddFault(f)
+		n.count[f.Kind]++
+	}
 }
 
 // on returns the locks p places on primary, sorted.

@@ -80,3 +80,51 @@ func TestLeftovers(t *testing.T) {
 		t.Fatalf("with a fault on its last acquire: %v, want it excused", got)
 	}
 }
+
+// TestLeftoversJavaDelete: a live liveness entry of an owner not in the
+// queue, whose last acquire waited while a Redisson delete() ran (which
+// drops the queue and leaves fairlock's liveness entries, as acquire.lua
+// expects), is no leftover; with the delete before that acquire, or the
+// owner in the queue too, it is.
+func TestLeftoversJavaDelete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	name := sharedNames[0]
+	queue, alive := "redisson_lock_queue:{"+name+"}", "fairlock_lock_alive:{"+name+"}"
+	owner := "c0ffee00-0000-0000-0000-000000000000:102"
+	if err := raw.ZAdd(ctx, alive, redis.Z{Score: 1e15, Member: owner}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	raw.PExpire(ctx, alive, time.Minute)
+	for _, c := range []struct {
+		name     string
+		deleteAt time.Duration // the Java delete's call (0: none)
+		queued   bool
+		want     int
+	}{
+		{"no delete", 0, false, 1},
+		{"a delete while it waited", 300 * msec, false, 0},
+		{"a delete before it called", 50 * msec, false, 1},
+		{"a delete while it waited, the owner queued again", 300 * msec, true, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw.Del(ctx, queue)
+			if c.queued {
+				raw.RPush(ctx, queue, owner)
+				raw.PExpire(ctx, queue, time.Minute)
+			}
+			h := NewHistory(1)
+			h.Add(&Op{Kind: KindLock, Lock: name, Owner: owner, Client: "c", Call: 100 * msec, Queued: 110 * msec, Return: 500 * msec,
+				Hold: hold(name, owner, 7, 500*msec, 0), New: true})
+			if c.deleteAt > 0 {
+				h.Add(&Op{Kind: KindJavaDelete, Lock: name, Owner: "j:1", Client: "java", Java: true, Call: c.deleteAt, Return: c.deleteAt + msec, Released: true})
+			}
+			if got := leftovers(t, raw, h, nil); len(got) != c.want {
+				t.Errorf("leftovers %v, want %d", got, c.want)
+			}
+		})
+	}
+}

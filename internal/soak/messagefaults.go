@@ -3,43 +3,56 @@ package soak
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/internal/faultybackend"
 	"github.com/fairlock/fairlock/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // Faults at the level of one message (FaultReplyLost, FaultHoldBack,
 // FaultNoticeBurst): the nemesis arms the faultybackend decorator around
 // a Go client's backend for its next script request, or floods the
-// client's channels.
+// client's channels. The standalone nemesis and the cluster's both make
+// them (messageFaults).
+
+// messageFaults makes the faults on single messages of a run's Go
+// clients, for the standalone nemesis and the cluster's, which embed it:
+// what it arms and floods, and the History entries and lost grants the
+// checkers read, are the same on both.
+type messageFaults struct {
+	t       *testing.T
+	h       *History
+	pub     redis.UniversalClient // a burst publishes through it
+	clients []*goClient
+	admin   *adminActor // a burst force-unlocks every lock through it
+	// without are the fault kinds the nemesis leaves out, these and its
+	// own (Config.Without).
+	without []FaultKind
+	sharing *sharedNow // the shared owners' calls at once, which some faults aim at
+	rnd     *rand.Rand // the nemesis' draws, these among them
+	// sharded: the clients wake waiters with SPUBLISH and listen with
+	// SSUBSCRIBE (PublishAuto on a Redis 7+ cluster, Redisson 3.22+'s
+	// way there), so a burst floods their wake-up channels so.
+	sharded bool
+}
 
 // messageFault runs, one time in two, faults on single messages of the
 // Go client target (none for the Java owners' connection) and reports
 // them; false when it ran none. They are short and cut nobody off, so
 // they take half the nemesis' turns and leave the other faults theirs.
-func (n *nemesis) messageFault(target string) ([]Fault, bool) {
+func (n *messageFaults) messageFault(target string) ([]Fault, bool) {
 	if f, ok := n.sharedFault(); ok {
 		return []Fault{f}, true
 	}
 	c := n.goClient(target)
-	r := n.rnd.IntN(20)
-	if c == nil || r >= 10 {
-		return nil, false
-	}
-	var kind FaultKind
-	switch {
-	case r < 3:
-		kind = FaultReplyLost
-	case r < 6:
-		kind = FaultHoldBack
-	default:
-		kind = FaultNoticeBurst
-	}
-	if slices.Contains(n.without, kind) {
+	kind, ok := n.draw()
+	if c == nil || !ok {
 		return nil, false
 	}
 	if kind == FaultNoticeBurst {
@@ -59,8 +72,26 @@ func (n *nemesis) messageFault(target string) ([]Fault, bool) {
 	return out, true
 }
 
+// draw draws, one time in two, the kind of the next faults on single
+// messages: a reply lost 3 times in 20, a request held back 3, a notice
+// burst 4; false for none, and for a kind the nemesis leaves out.
+func (n *messageFaults) draw() (FaultKind, bool) {
+	var kind FaultKind
+	switch r := n.rnd.IntN(20); {
+	case r < 3:
+		kind = FaultReplyLost
+	case r < 6:
+		kind = FaultHoldBack
+	case r < 10:
+		kind = FaultNoticeBurst
+	default:
+		return "", false
+	}
+	return kind, !slices.Contains(n.without, kind)
+}
+
 // goClient returns the Go client labelled label (nil: none).
-func (n *nemesis) goClient(label string) *goClient {
+func (n *messageFaults) goClient(label string) *goClient {
 	for _, c := range n.clients {
 		if c.label == label {
 			return c
@@ -71,7 +102,7 @@ func (n *nemesis) goClient(label string) *goClient {
 
 // unwatched returns the first Go client whose adapter watches no keys
 // (nil: none).
-func (n *nemesis) unwatched() *goClient {
+func (n *messageFaults) unwatched() *goClient {
 	for _, c := range n.clients {
 		if !c.adapter.Watches {
 			return c
@@ -91,7 +122,7 @@ const armWithin = 3 * time.Second
 // armOne draws one fault of kind on c's backend and arms it (arm): a
 // reply lost, or a request held back, on any request or for a while on
 // one owner's attempts.
-func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
+func (n *messageFaults) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 	fault := faultybackend.Fault{Mode: faultybackend.LoseReply, Delay: time.Duration(n.rnd.IntN(300)) * time.Millisecond,
 		Scripts: faultScripts[n.rnd.IntN(len(faultScripts))]}
 	switch {
@@ -115,7 +146,7 @@ func (n *nemesis) armOne(c *goClient, kind FaultKind) (Fault, bool) {
 // message to its waiters: issue 46 defect 1's window (a call that gives
 // up with each of its grants' replies lost, its sibling still waiting).
 // false when it ran none.
-func (n *nemesis) sharedFault() (Fault, bool) {
+func (n *messageFaults) sharedFault() (Fault, bool) {
 	if n.sharing == nil || slices.Contains(n.without, FaultReplyLost) || n.rnd.IntN(3) == 0 {
 		return Fault{}, false
 	}
@@ -149,7 +180,7 @@ func (n *nemesis) sharedFault() (Fault, bool) {
 // arm arms c's backend with fault, runs then (when not nil), and waits
 // for a request to take the fault; it returns the fault as it happened,
 // false when no request took it in time.
-func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, then func()) (Fault, bool) {
+func (n *messageFaults) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, then func()) (Fault, bool) {
 	fb := c.faults()
 	hits := fb.Arm(fault)
 	if then != nil {
@@ -193,7 +224,7 @@ func (n *nemesis) arm(c *goClient, kind FaultKind, fault faultybackend.Fault, th
 
 // lostGrants are the grants among hit's lost replies: acquire.lua's
 // reply {1, token, count} (RULES.md, Keyspace), the lock its first key.
-func (n *nemesis) lostGrants(c *goClient, hit faultybackend.Hit) []LostGrant {
+func (n *messageFaults) lostGrants(c *goClient, hit faultybackend.Hit) []LostGrant {
 	if hit.Script != "acquire" || len(hit.Keys) == 0 {
 		return nil
 	}
@@ -216,9 +247,9 @@ const burstSize = 4 * backend.SubscriptionBuffer
 // one of c's acquires comes within armWithin, while that acquire's reply
 // is held back after its script ran (issue 46 defect 2: the notice that
 // its grant was force-unlocked is among what the subscription summarises).
-func (n *nemesis) burst(c *goClient) Fault {
+func (n *messageFaults) burst(c *goClient) Fault {
 	f := Fault{Kind: FaultNoticeBurst, Target: c.label, Start: n.h.Now()}
-	channels, err := burstChannels(c)
+	channels, err := burstChannels(c, n.sharded)
 	if err != nil {
 		f.Detail = err.Error()
 		f.End = n.h.Now()
@@ -244,7 +275,7 @@ func (n *nemesis) burst(c *goClient) Fault {
 	}
 	<-forced
 	if f.Detail == "" {
-		f.Detail = fmt.Sprintf("%d messages on each of %s", rounds*burstSize, strings.Join(channels, ", "))
+		f.Detail = fmt.Sprintf("%d messages on each of %s", rounds*burstSize, channelList(channels))
 	}
 	if !fb.Disarm() {
 		select {
@@ -266,15 +297,19 @@ const maxFloodRounds = 20
 // round more (at most maxFloodRounds): the force-unlocks' loss notices
 // come in the middle of a flood, while the client's queue is full, not
 // after a flood it may have drained. It returns the rounds sent.
-func (n *nemesis) flood(ctx context.Context, channels []string, forced <-chan struct{}) (int, error) {
+func (n *messageFaults) flood(ctx context.Context, channels []channel, forced <-chan struct{}) (int, error) {
 	last := false
 	for rounds := 1; ; rounds++ {
-		pipe := n.raw.Pipeline()
+		pipe := n.pub.Pipeline()
 		for range burstSize {
 			for _, ch := range channels {
 				// Redisson's unlock message: a waiter checks again, the
 				// client's own channel reads it as nothing.
-				pipe.Publish(ctx, ch, "0")
+				if ch.sharded {
+					pipe.SPublish(ctx, ch.name, "0") // to the node of the channel's slot, the lock's
+				} else {
+					pipe.Publish(ctx, ch.name, "0")
+				}
 			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil || last || rounds == maxFloodRounds {
@@ -288,12 +323,22 @@ func (n *nemesis) flood(ctx context.Context, channels []string, forced <-chan st
 	}
 }
 
+// channel is a channel a burst floods, and whether its listeners
+// listen sharded (SSUBSCRIBE: it takes SPUBLISH).
+type channel struct {
+	name    string
+	sharded bool
+}
+
 // burstChannels are c's channel and its shared-lock owners' wake-up
 // channels (RULES.md, Keyspace: the lock's channel, ":" and the owner's
-// field), named from the owner fields of c's current client.
-func burstChannels(c *goClient) ([]string, error) {
+// field), named from the owner fields of c's current client. The client
+// listens on its own channel with SUBSCRIBE everywhere (a cluster's
+// PUBLISH reaches every node); on its wake-up channels sharded when
+// sharded.
+func burstChannels(c *goClient, sharded bool) ([]channel, error) {
 	lc := c.client()
-	var out []string
+	var out []channel
 	for k, name := range sharedNames {
 		m, err := lc.NewMutex(name, lock.WithOwnerID(int64(100+k)))
 		if err != nil {
@@ -301,9 +346,21 @@ func burstChannels(c *goClient) ([]string, error) {
 		}
 		field := m.Owner()
 		if k == 0 {
-			out = append(out, "fairlock_client:"+field[:strings.LastIndexByte(field, ':')])
+			out = append(out, channel{name: "fairlock_client:" + field[:strings.LastIndexByte(field, ':')]})
 		}
-		out = append(out, "redisson_lock__channel:{"+name+"}:"+field)
+		out = append(out, channel{name: "redisson_lock__channel:{" + name + "}:" + field, sharded: sharded})
 	}
 	return out, nil
+}
+
+// channelList names channels, each sharded one marked "(SPUBLISH)".
+func channelList(channels []channel) string {
+	names := make([]string, len(channels))
+	for i, ch := range channels {
+		names[i] = ch.name
+		if ch.sharded {
+			names[i] += " (SPUBLISH)"
+		}
+	}
+	return strings.Join(names, ", ")
 }

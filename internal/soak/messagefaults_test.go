@@ -212,8 +212,7 @@ func TestMessageFaultsOnARealClient(t *testing.T) {
 		w.owners = append(w.owners, o)
 		w.loop(o.step)
 	}
-	n := &nemesis{t: t, h: w.h, raw: raw, clients: w.clients, rnd: rand.New(rand.NewPCG(1, 9)),
-		admin: &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}}
+	n := w.messageFaults(t, raw, &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}, false)
 	var got []Fault
 	for _, kind := range []FaultKind{FaultReplyLost, FaultReplyLost, FaultHoldBack} {
 		f, ok := n.armOne(c, kind)
@@ -322,8 +321,7 @@ func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
 			s.release(ctx)
 		}
 	})
-	n := &nemesis{t: t, h: w.h, raw: raw, clients: w.clients, rnd: rand.New(rand.NewPCG(1, 9)), sharing: &w.sharing,
-		admin: &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}}
+	n := w.messageFaults(t, raw, &adminActor{h: w.h, clients: w.clients, raw: raw, long: &w.long}, false)
 	var f Fault
 	ok := false
 	for end := time.Now().Add(20 * time.Second); !ok && time.Now().Before(end); {
@@ -352,10 +350,10 @@ func TestSharedFaultAimsAtCallsAtOnce(t *testing.T) {
 func TestUnwatched(t *testing.T) {
 	watching := &goClient{label: "rueidis#0", adapter: Adapters[0]}
 	blind := &goClient{label: "rueidis-nocache#1", adapter: Adapters[1]}
-	if got := (&nemesis{clients: []*goClient{watching, blind}}).unwatched(); got != blind {
+	if got := (&messageFaults{clients: []*goClient{watching, blind}}).unwatched(); got != blind {
 		t.Errorf("unwatched: %v, want %s", got, blind.label)
 	}
-	if got := (&nemesis{clients: []*goClient{watching}}).unwatched(); got != nil {
+	if got := (&messageFaults{clients: []*goClient{watching}}).unwatched(); got != nil {
 		t.Errorf("unwatched with every client watching: %v, want none", got.label)
 	}
 }
@@ -367,15 +365,15 @@ func TestFloodUntilForced(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer raw.Close()
-	n := &nemesis{raw: raw}
+	n := &messageFaults{pub: raw}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan struct{})
 	close(done)
-	if rounds, err := n.flood(ctx, []string{"ch"}, done); err != nil || rounds != 2 {
+	if rounds, err := n.flood(ctx, []channel{{name: "ch"}}, done); err != nil || rounds != 2 {
 		t.Errorf("forced already: %d rounds (%v), want 2", rounds, err)
 	}
-	if rounds, err := n.flood(ctx, []string{"ch"}, make(chan struct{})); err != nil || rounds != maxFloodRounds {
+	if rounds, err := n.flood(ctx, []channel{{name: "ch"}}, make(chan struct{})); err != nil || rounds != maxFloodRounds {
 		t.Errorf("never forced: %d rounds (%v), want %d", rounds, err, maxFloodRounds)
 	}
 }

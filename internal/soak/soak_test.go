@@ -19,7 +19,7 @@ var (
 	report  = flag.String("soak.report", "", "rewrite this file's generated soak section (RELIABILITY.md) from the run")
 	saved   = flag.String("soak.history", "", "TestRecheck: check this saved history (history-<seed>.json.gz) again")
 	only    = flag.String("soak.adapters", "", "TestSoak: the adapters to run, by name, comma-separated (default: all; scripts/soak.sh --adapters)")
-	without = flag.String("soak.without", "", "TestSoak: fault kinds the standalone nemesis leaves out, comma-separated (eviction, long-pause, reply-lost, held-back, notice-burst; scripts/soak.sh --without)")
+	without = flag.String("soak.without", "", "TestSoak: fault kinds the nemesis leaves out, comma-separated (eviction, long-pause: standalone; reply-lost, held-back, notice-burst: both; scripts/soak.sh --without)")
 	cluster = flag.Bool("soak.cluster", false, "TestSoak: run on a Redis Cluster (3 primaries, a replica each) under cluster faults (RunCluster; scripts/soak.sh --cluster)")
 )
 
@@ -71,14 +71,9 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("the process ran its timers late %d times (%v or more), at worst by %v", len(stalls), stallMin, longest.Round(time.Millisecond))
 	logNotices(t, res.Report.Notices)
-	dir := *out
-	if dir == "" && len(res.Report.Violations) > 0 {
-		dir = t.TempDir()
-	}
-	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Errorf("soak: %v", err)
-		}
+	dir, err := reportDir(*out, s, len(res.Report.Violations) > 0)
+	if err != nil {
+		t.Errorf("soak: %v", err)
 	}
 	logExceptions(t, res.History, res.Exceptions, dir)
 	if dir != "" {
@@ -117,6 +112,20 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	fmt.Printf("soak: 1 histories, %d operations, %d faults, %d violations\n", res.Ops, faults, len(res.Report.Violations))
+}
+
+// reportDir returns the directory for a run's reports and history: out,
+// made if missing; with none, a new one under the system's temporary
+// directory when the run found violations (not t.TempDir, which goes
+// when the test ends: the files the run names must outlive it), else "".
+func reportDir(out string, seed uint64, violations bool) (string, error) {
+	if out != "" {
+		return out, os.MkdirAll(out, 0o755)
+	}
+	if !violations {
+		return "", nil
+	}
+	return os.MkdirTemp("", fmt.Sprintf("soak-%d-", seed))
 }
 
 // pick returns the adapters of all named in names (comma-separated), in
@@ -162,4 +171,36 @@ func TestRecheck(t *testing.T) {
 		fmt.Print(Explain(h, r.Violations))
 	}
 	fmt.Printf("recheck: %d operations, %d violations\n", len(h.Ops()), len(r.Violations))
+}
+
+// TestReportDir: with no -soak.out, the directory a run with violations
+// names in its report (the shrunk histories, the saved history) is still
+// there after the test ends; a run without violations gets none; -soak.out
+// is made when missing.
+func TestReportDir(t *testing.T) {
+	var dir string
+	t.Run("a run with violations", func(t *testing.T) {
+		d, err := reportDir("", 1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = d
+		if err := os.WriteFile(filepath.Join(dir, "soak-1.txt"), []byte("report"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer os.RemoveAll(dir)
+	if _, err := os.Stat(filepath.Join(dir, "soak-1.txt")); err != nil {
+		t.Errorf("the report after the test ended: %v", err)
+	}
+	if d, err := reportDir("", 1, false); d != "" || err != nil {
+		t.Errorf("a run without violations: %q, %v; want none", d, err)
+	}
+	out := filepath.Join(t.TempDir(), "a", "b")
+	if d, err := reportDir(out, 1, false); d != out || err != nil {
+		t.Errorf("-soak.out %s: %q, %v", out, d, err)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("-soak.out not made: %v", err)
+	}
 }
