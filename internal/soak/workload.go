@@ -232,6 +232,27 @@ func (o *goOwner) acquireWith(ctx context.Context, m *lock.Mutex, kind Kind, arg
 	o.acquireOne(ctx, m, kind, arg, limit, 0, nil)
 }
 
+// newAcquireOp is the record of one acquire of kind by owner, with arg as
+// acquireWith takes it, under a context that ends after limit, or after
+// cancelAfter when that is not 0 and comes first: the caller gives up
+// then, and its Limit says so (the checker takes a waiter for gone from
+// then on: seed 42781790588260, a TryLock cancelled while the lock was
+// handed on, its leave passing the grant to the next owner, was taken
+// for overtaken until its return 0.1 ms later).
+func newAcquireOp(kind Kind, lock, owner, client string, arg, limit, cancelAfter time.Duration) *Op {
+	op := &Op{Kind: kind, Lock: lock, Owner: owner, Client: client, Limit: limit}
+	if cancelAfter > 0 {
+		op.Limit = min(limit, cancelAfter)
+	}
+	if kind == KindTryOnce {
+		op.Limit = 0 // one attempt, within the client's attempt bound
+	}
+	if kind == KindTryWait {
+		op.Wait = arg
+	}
+	return op
+}
+
 // acquireOne runs one acquire as acquireWith does, cancelling it after
 // cancelAfter when that is not 0, and records it; with mu (the owner's
 // calls at once) it adopts the hold and records the call under mu, as
@@ -243,13 +264,7 @@ func (o *goOwner) acquireOne(ctx context.Context, m *lock.Mutex, kind Kind, arg,
 		stop := time.AfterFunc(cancelAfter, cancel) // the caller gives up: context.Canceled
 		defer stop.Stop()
 	}
-	op := &Op{Kind: kind, Lock: o.name, Owner: m.Owner(), Client: o.c.label, Limit: limit}
-	if kind == KindTryOnce {
-		op.Limit = 0 // one attempt, within the client's attempt bound
-	}
-	if kind == KindTryWait {
-		op.Wait = arg
-	}
+	op := newAcquireOp(kind, o.name, m.Owner(), o.c.label, arg, limit, cancelAfter)
 	queued := new(atomic.Int64)
 	cctx = context.WithValue(cctx, queuedKey{}, queued)
 	op.Call = o.h.Now()

@@ -51,3 +51,35 @@ func TestOwnerWaitsForItsNewClient(t *testing.T) {
 	}
 	t.Logf("the step returned %v after the new client opened", time.Since(reopened).Round(time.Microsecond))
 }
+
+// TestNewAcquireOp_CancelIsTheLimit: a call cancelled before its deadline
+// gives up at the cancel, and its record's Limit says so; one of the
+// owner's calls at once cancelled then, overtaken after it, overtook
+// nobody (seed 42781790588260).
+func TestNewAcquireOp_CancelIsTheLimit(t *testing.T) {
+	op := newAcquireOp(KindTryWait, "L", "w", "cw", 500*time.Millisecond, 2*time.Second, 120*time.Millisecond)
+	if op.Limit != 120*time.Millisecond || op.Wait != 500*time.Millisecond {
+		t.Errorf("cancelled after 120 ms: Limit %v, Wait %v; want 120ms, 500ms", op.Limit, op.Wait)
+	}
+	if op := newAcquireOp(KindLock, "L", "w", "cw", 0, time.Second, 0); op.Limit != time.Second {
+		t.Errorf("not cancelled: Limit %v, want 1s", op.Limit)
+	}
+	if op := newAcquireOp(KindTryOnce, "L", "w", "cw", 0, time.Second, 50*time.Millisecond); op.Limit != 0 {
+		t.Errorf("TryLock(0): Limit %v, want 0", op.Limit)
+	}
+	// The history of seed 42781790588260, in short: w cancelled 126 ms
+	// after its call, a granted 1 ms after that and 0.1 ms before w
+	// returned.
+	h := NewHistory(1)
+	w := newAcquireOp(KindTryWait, "L", "w", "cw", 500*time.Millisecond, 2*time.Second, 126*time.Millisecond)
+	w.Call, w.Queued, w.Return, w.Err, w.Canceled = 38353900*time.Microsecond, 38355500*time.Microsecond, 38481000*time.Microsecond, "context canceled", true
+	h.Add(w)
+	ah := hold("L", "a", 80, 38480900*time.Microsecond, 39418600*time.Microsecond)
+	ah.Client, ah.Called = "ca", 38369600*time.Microsecond
+	h.AddHold(ah)
+	h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "a", Client: "ca", Call: 38369600 * time.Microsecond, Queued: 38371000 * time.Microsecond,
+		Return: 38480900 * time.Microsecond, Limit: 2 * time.Second, Hold: ah, New: true})
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("%d FIFO violations, want 0: w had given up before a's grant", got)
+	}
+}
