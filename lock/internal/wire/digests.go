@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "2489abdd54f82f7fea25ffffcf1ef9f0f9099aca",
-	"delete":           "d9ee01e75d85eacf166174a2dd334fe922c24ba7",
+	"acquire":          "24a62dd77938a50c40e5241eac39889a7266aae9",
+	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "8b64705313a690f198417a6261f4f728cc110297",
-	"inspect":          "fe1ef959a7ff052caaa716455b42c958d0bac939",
-	"leave":            "1b011fef6efb6f320e3ee9f5e37a8a3f5f1ccad7",
-	"prune":            "2593bf541f18010cd2cda3e5f4f5a602669df2f6",
+	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
+	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
+	"leave":            "37fb4b1614efd5803f0aa7f84a90ebca5df5abdf",
+	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "4eb3d2ff8509ae77ff59f2c0b252864adc5f6330",
+	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "34fd5749e6248bcc51210c9cf9bbd8815cf94916",
+	"unlock":           "47275e7057899939128cd28810aa5ec4c87fd658",
 }

@@ -109,7 +109,7 @@ if held then
     if count == tonumber(ARGV[10]) then
       count = count + 1
     end
-    redis.call('hset', KEYS[1], me, format('%d', count))
+    redis.call('hset', KEYS[1], me, count)
     extend(KEYS[1], KEYS[5], lease, ttl)
     return {1, token, count}
   end
@@ -120,15 +120,15 @@ if held then
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.
-  redis.call('hset', KEYS[1], me, '1')
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('hset', KEYS[1], me, 1)
+  redis.call('pexpire', KEYS[1], lease)
   return {1, next_token(KEYS[5], lease), 1}
 end
 
 if ttl == -2 then
   if (not first) or first == me then
-    redis.call('hset', KEYS[1], me, '1')
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('hset', KEYS[1], me, 1)
+    redis.call('pexpire', KEYS[1], lease)
     if first then
       drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
@@ -149,21 +149,8 @@ end
 
 local now = server_now()
 local position = 0
--- score: this owner's Redisson deadline when it is queued (true: queued
--- first in line, where its deadline becomes its liveness deadline and the
--- old one is not needed). It is read only when this owner may be queued
--- further back: not when there is no queue, nor when the purge read its
--- liveness deadline and found none (also, base.lua) - a fairlock owner is
--- queued with both, and its join writes them together. A Redisson
--- deadline left without a liveness entry all the same is found by the
--- join's ZADD below.
-local score = nil
+local score = redis.call('zscore', KEYS[3], me)
 local is_head = first == me
-if is_head then
-  score = true
-elseif (present == 2 or ttl == -2) and also_live ~= false then
-  score = redis.call('zscore', KEYS[3], me)
-end
 local alive = nil
 -- in_timeouts: this owner has an entry in Redisson's zset, which a join
 -- replaces.
@@ -197,7 +184,7 @@ if score then
     local since = now - (tonumber(alive) - waiter_timeout)
     deadline = math.max(deadline, tonumber(score) + since)
   end
-  redis.call('zadd', KEYS[3], format('%d', deadline), me)
+  redis.call('zadd', KEYS[3], deadline, me)
 else
   -- Join the tail with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
@@ -207,12 +194,10 @@ else
   -- that added to the last deadline grew with every turn, as fairlock
   -- acquisitions take nothing off it.
   --
-  -- The Redisson waiters are counted as the entries ahead in the queue
-  -- (the RPUSH's length; the queue holds the owners Redisson's zset
-  -- holds) less the live fairlock waiters (liveness deadline not
-  -- passed): one O(log N) read, never a visit of the queue (X8). A
-  -- liveness entry can outlive its queue entry, as Redisson's scripts
-  -- know nothing of it:
+  -- The Redisson waiters are counted as the entries of Redisson's zset
+  -- less the live fairlock waiters (liveness deadline not passed): two
+  -- O(log N) reads, never a visit of the queue (X8). A liveness entry can
+  -- outlive its queue entry, as Redisson's scripts know nothing of it:
   -- Redisson's purge drops a fairlock waiter first in line whose deadline
   -- has passed, and Redisson's delete() drops them all. Counted as a
   -- fairlock waiter, such a stale entry would hide a Redisson waiter: this
@@ -262,13 +247,9 @@ else
   if timeouts_ttl < 0 then
     redis.call('del', KEYS[4])
   end
-  redis.call('zadd', KEYS[4], format('%d', now + waiter_timeout), me)
-  local gos = redis.call('zcount', KEYS[4], format('(%d', now), '+inf') - 1
-  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
-  position = redis.call('rpush', KEYS[2], me)
-  -- The entries ahead, counted in the queue, which holds the owners
-  -- Redisson's zset holds (see keep_queue).
-  local others = position - 1
+  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
+  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf') - 1
+  local others = redis.call('zcard', KEYS[3])
   if others == 0 then
     -- Emptied (or never there): the ZADD below makes it anew, with no
     -- expiry.
@@ -276,26 +257,21 @@ else
   end
   local javas = math.max(others - gos, 0)
   local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
+  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
   if top[2] then
     deadline = math.max(deadline, tonumber(top[2]))
   end
-  if redis.call('zadd', KEYS[3], format('%d', deadline), me) == 0 then
-    -- This owner had a Redisson deadline, unread above as it had no
-    -- liveness entry: any entry of its own ahead goes (the scan of
-    -- LREM, only here), and it queues once, at the tail. Counted among
-    -- the entries ahead, that entry only gave it more room.
-    redis.call('lrem', KEYS[2], 0, me)
-    position = redis.call('rpush', KEYS[2], me)
-  end
+  position = redis.call('rpush', KEYS[2], me)
   is_head = position == 1
+  redis.call('zadd', KEYS[3], deadline, me)
   latest = deadline
 end
 if score then
-  redis.call('zadd', KEYS[4], format('%d', now + waiter_timeout), me)
+  redis.call('zadd', KEYS[4], now + waiter_timeout, me)
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
 end
 local left, stale = left_in_queue(KEYS[3], KEYS[4])
 if stale then

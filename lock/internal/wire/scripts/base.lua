@@ -13,13 +13,6 @@
 -- after the waiter's latest acquire even when both ran in one millisecond.
 local clock_us = 0
 local clock_ms = nil
-
--- format is string.format. The scripts format the integers they pass to
--- commands and send in messages with %d (a C long): a Lua number passed
--- to redis.call as it is, or formatted with %.0f, goes through the C
--- library's floating-point printf, about twice as slow, a few times a
--- run.
-local format = string.format
 local function server_now()
   if not clock_ms then
     local t = redis.call('time')
@@ -78,8 +71,8 @@ local function next_token(token_key, lease)
   else
     token = server_now() * 1000
   end
-  token_read = format('%d', token)
-  redis.call('set', token_key, token_read, 'px', format('%d', lease + token_keep))
+  token_read = string.format('%.0f', token)
+  redis.call('set', token_key, token_read, 'px', lease + token_keep)
   return token
 end
 
@@ -97,16 +90,10 @@ local function refused(publish, channel_prefix, client_prefix)
   if not redis.acl_check_cmd then
     return nil
   end
-  -- Each comma-separated command, found without a pattern (one run's
-  -- iterator closure and matching cost more than the check itself).
-  local channel, from = channel_prefix .. ':x', 1
-  while from do
-    local comma = string.find(publish, ',', from, true)
-    local cmd = string.sub(publish, from, (comma or 0) - 1)
-    if not redis.acl_check_cmd(cmd, channel, '0') then
+  for cmd in string.gmatch(publish, '[^,]+') do
+    if not redis.acl_check_cmd(cmd, channel_prefix .. ':x', '0') then
       return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on the channels ' .. channel_prefix .. ':*, where the lock wakes its waiters (docs/security.md)')
     end
-    from = comma and comma + 1
   end
   if client_prefix and not redis.acl_check_cmd('publish', client_prefix .. 'x', '0') then
     return redis.error_reply('NOPERM this user has no permissions to run publish on the channels ' .. client_prefix .. '*, where the lock tells a holder it was evicted (docs/security.md)')

@@ -59,19 +59,19 @@ local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me)
 local queued = 0
 if was_head then
   queued = drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
-elseif redis.call('lindex', KEYS[2], -1) == me then
-  -- Last in line: popped.
-  queued = 1
-  drop('rpop', KEYS[2], KEYS[3], KEYS[4], me)
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 elseif redis.call('zscore', KEYS[3], me) then
-  -- Further up: left in place, dead by every script's rule - Redisson's
-  -- too, whose purge drops a head whose deadline has passed - until it
-  -- reaches the head or the tail and is dropped there. Liveness
-  -- deadline 0 marks it (left_mark).
   queued = 1
-  redis.call('zadd', KEYS[3], format('%d', server_now()), me)
-  redis.call('zadd', KEYS[4], format('%d', left_mark), me)
+  if redis.call('lindex', KEYS[2], -1) == me then
+    drop('rpop', KEYS[2], KEYS[3], KEYS[4], me)
+    drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+  else
+    -- Further up: left in place, dead by every script's rule - Redisson's
+    -- too, whose purge drops a head whose deadline has passed - until it
+    -- reaches the head or the tail and is dropped there. Liveness
+    -- deadline 0 marks it (left_mark).
+    redis.call('zadd', KEYS[3], server_now(), me)
+    redis.call('zadd', KEYS[4], left_mark, me)
+  end
 else
   -- Not queued: a Redisson delete() or purge took the entry and left the
   -- liveness entry, which goes now (X5; the soak found five after a

@@ -33,12 +33,8 @@
 -- clusters where Redisson waiters use sharded pub/sub). Redisson waiters
 -- listen on the same channels (X11).
 local function publish_to(publish, channel_prefix, owner, msg)
-  -- Each command found without a pattern, as refused does (base.lua).
-  local channel, from = channel_prefix .. ':' .. owner, 1
-  while from do
-    local comma = string.find(publish, ',', from, true)
-    redis.call(string.sub(publish, from, (comma or 0) - 1), channel, msg)
-    from = comma and comma + 1
+  for cmd in string.gmatch(publish, '[^,]+') do
+    redis.call(cmd, channel_prefix .. ':' .. owner, msg)
   end
 end
 
@@ -72,7 +68,7 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
     tighten(timeouts, owner, live)
     ttl = ttl or redis.call('pttl', hash)
     if ttl > 0 then
-      msg = format('head:%d', ttl)
+      msg = string.format('head:%.0f', ttl)
     end
   end
   publish_to(publish, channel_prefix, owner, msg)
@@ -195,7 +191,7 @@ local left_mark = 0
 -- has passed, none is queued and every mark is of an entry gone (B9).
 -- Two reads, one when there is no mark; never a visit of the queue (X8).
 local function left_in_queue(timeouts, alive)
-  local marks = redis.call('zcount', alive, format('%d', left_mark), format('%d', left_mark))
+  local marks = redis.call('zcount', alive, left_mark, left_mark)
   if marks == 0 then
     return 0, false
   end
@@ -213,14 +209,12 @@ end
 -- next chains its deadline on a live waiter: a Redisson waiter chaining
 -- on a dead entry gets a negative hint and a deadline that may have
 -- passed already (X11). Only that run is visited (X8). Returns the live
--- tail left (nil: the queue is empty). live_owner, if given, is an owner
--- the caller knows is alive (its heartbeat has just run): found at the
--- tail, it ends the run without a read.
-local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish, live_owner)
+-- tail left (nil: the queue is empty).
+local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
   while true do
     local tail = redis.call('lindex', queue, -1)
-    if not tail or tail == live_owner then
-      return tail
+    if not tail then
+      return nil
     end
     local dead, live = is_dead(timeouts, alive, tail)
     if not dead then
@@ -230,14 +224,12 @@ local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish, 
   end
 end
 
--- keep_token makes the token counter live token_keep longer than a hold
--- of lease ms whose expiry the caller has just set. Every script that
--- sets the lock hash's expiry sets the counter's with it (next_token, or
--- here), a second longer, and both count down together: so the counter
--- outlives the hash by a second without its PTTL being read, and while
--- the hash is not extended it needs nothing.
+-- keep_token makes the token counter live at least token_keep longer than
+-- a hold of lease ms.
 local function keep_token(token_key, lease)
-  redis.call('pexpire', token_key, format('%d', lease + token_keep))
+  if redis.call('pttl', token_key) < lease + token_keep then
+    redis.call('pexpire', token_key, lease + token_keep)
+  end
 end
 
 -- extend makes the lock hash live at least lease ms more, and the token
@@ -248,9 +240,9 @@ end
 -- after it (X12).
 local function extend(hash, token_key, lease, ttl)
   if (ttl or redis.call('pttl', hash)) < lease then
-    redis.call('pexpire', hash, format('%d', lease))
-    keep_token(token_key, lease)
+    redis.call('pexpire', hash, lease)
   end
+  keep_token(token_key, lease)
 end
 
 -- take_up turns owner's hand-over grant (field 0, hand_over_to) into a
@@ -262,9 +254,9 @@ end
 -- (X12). The token counter lives as long. When the expiry comes down, the
 -- live head, told the provisional one (wake), is told again (X3).
 local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, owner, lease)
-  redis.call('hset', hash, owner, '1')
+  redis.call('hset', hash, owner, 1)
   local before = redis.call('pttl', hash)
-  redis.call('pexpire', hash, format('%d', lease))
+  redis.call('pexpire', hash, lease)
   keep_token(token_key, lease)
   if lease < before then
     settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, lease)
@@ -299,10 +291,10 @@ local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_pre
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
     local ttl = 2 * (tonumber(live) - now)
     drop('lpop', queue, timeouts, alive, head)
-    redis.call('hset', hash, head, '0')
-    redis.call('pexpire', hash, format('%d', ttl))
+    redis.call('hset', hash, head, 0)
+    redis.call('pexpire', hash, ttl)
     local token = next_token(token_key, ttl)
-    publish_to(publish, channel_prefix, head, format('grant:%d:%d', token, clock_us))
+    publish_to(publish, channel_prefix, head, string.format('grant:%.0f:%.0f', token, clock_us))
     return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, ttl), ttl
   end
   wake(hash, timeouts, channel_prefix, publish, head, live, -2)
@@ -336,7 +328,7 @@ local function tell_evicted(hash, token_key, client_prefix)
   if #fields == 0 then
     return
   end
-  local msg = format('lost:%d:%s', hold_token(token_key), hash)
+  local msg = string.format('lost:%.0f:%s', hold_token(token_key), hash)
   for _, field in ipairs(fields) do
     local client = string.match(field, '^(.*):[^:]*$')
     if client then
@@ -380,13 +372,12 @@ local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_t
   local need = math.floor(last - server_now() + keep)
   timeouts_ttl = timeouts_ttl or redis.call('pttl', timeouts)
   if timeouts_ttl < need then
-    local ttl = format('%d', need + room)
-    redis.call('pexpire', queue, ttl)
-    redis.call('pexpire', timeouts, ttl)
+    redis.call('pexpire', queue, need + room)
+    redis.call('pexpire', timeouts, need + room)
   elseif queue_made then
-    redis.call('pexpire', queue, format('%d', timeouts_ttl))
+    redis.call('pexpire', queue, timeouts_ttl)
   end
   if redis.call('pttl', alive) < need then
-    redis.call('pexpire', alive, format('%d', need + room))
+    redis.call('pexpire', alive, need + room)
   end
 end

@@ -64,11 +64,11 @@ if held == tonumber(ARGV[7]) - 1 then
 end
 local count = held - 1
 if count > 0 then
-  redis.call('hset', KEYS[1], me, format('%d', count))
+  redis.call('hset', KEYS[1], me, count)
   extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
 else
   redis.call('del', KEYS[1])
   hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], head, live)
 end
-redis.call('set', KEYS[6], format('%d', count), 'px', ARGV[5])
+redis.call('set', KEYS[6], count, 'px', ARGV[5])
 return count
