@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/redis/rueidis"
 )
 
 // lateLeaveSetup: H holds the lock (client cx); W (client cw, whose first
@@ -20,17 +18,8 @@ func lateLeaveSetup(t *testing.T, ctx context.Context, name string, failFast boo
 	late = &lateRequests{script: "leave", limit: 1, failFast: failFast}
 	srv = redistest.Start(t)
 	cx := clientOn(t, srv)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	late.Backend = rueidisbackend.New(rc)
-	cw, err := NewClient(late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cw.Close() })
+	late.Backend = rueidisOn(t, srv)
+	cw := clientOver(t, late)
 	t.Cleanup(func() { late.deliver() })
 	h, w, x = newTestMutex(t, cx, name), newTestMutex(t, cw, name), newTestMutex(t, cx, name)
 	if _, err := h.Lock(ctx); err != nil {
@@ -93,6 +82,13 @@ func TestLateLeave_NextEntryKeepsItsPlace(t *testing.T) {
 	if q := queueOf(t, srv, w); len(q) != 2 || q[0] != w.field {
 		t.Errorf("queue after the late leave = %v, want W (%s) first, then X", q, w.field)
 	}
+	releaseWFirst(t, ctx, h, w, x, gotW, gotX)
+}
+
+// releaseWFirst unlocks h and checks that W, queued first, acquires
+// before X; then each unlocks.
+func releaseWFirst(t *testing.T, ctx context.Context, h, w, x *Mutex, gotW, gotX <-chan lockResult) {
+	t.Helper()
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -170,23 +166,13 @@ func TestLateLeave_FailedAtOnce_NextQueuesAfterItsBound(t *testing.T) {
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
 	start := time.Now()
-	srv, late, h, w, _, gotW, gotX := lateLeaveSetup(t, ctx, "late-leave-failed", true)
+	srv, late, h, w, x, gotW, gotX := lateLeaveSetup(t, ctx, "late-leave-failed", true)
+	t.Logf("figures: W queued again %v after the setup began (its next Lock waited out the first leave's 2 s bound)", time.Since(start).Round(time.Millisecond))
 	deliverLateLeave(t, late)
 	if q := queueOf(t, srv, w); len(q) != 2 || q[0] != w.field {
 		t.Errorf("queue after the late leave = %v, want W (%s) first, then X", q, w.field)
 	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-gotW:
-		if r.err != nil {
-			t.Fatalf("W's Lock: %v", r.err)
-		}
-	case r := <-gotX:
-		t.Fatalf("X acquired first (%v) while W queued before it", r.err)
-	}
-	t.Logf("figures: W acquired %v after the setup began (its next Lock waited out the first leave's 2 s bound)", time.Since(start).Round(time.Millisecond))
+	releaseWFirst(t, ctx, h, w, x, gotW, gotX)
 }
 
 // TestLeaveNeverSent_NextTryLockAsksAtOnce: a TryLock(0) against a server
@@ -240,17 +226,8 @@ func TestLeaveUnsettled_NextTryLockSaysUnavailable(t *testing.T) {
 	late := &lateRequests{script: "leave", limit: 1, failFast: true}
 	srv := redistest.Start(t)
 	holder := newTestMutex(t, clientOn(t, srv), "leave-unsettled")
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	late.Backend = rueidisbackend.New(rc)
-	cw, err := NewClient(late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cw.Close() })
+	late.Backend = rueidisOn(t, srv)
+	cw := clientOver(t, late)
 	t.Cleanup(func() { late.deliver() })
 	w := newTestMutex(t, cw, "leave-unsettled")
 	if _, err := holder.Lock(ctx); err != nil {
@@ -268,7 +245,7 @@ func TestLeaveUnsettled_NextTryLockSaysUnavailable(t *testing.T) {
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.TryLock(ctx, 300*time.Millisecond)
+	_, err := w.TryLock(ctx, 300*time.Millisecond)
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("W's next TryLock, waiting out its unsettled leave = %v, want ErrUnavailable", err)
 	}

@@ -10,8 +10,6 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/redis/rueidis"
 )
 
 // lateRequests is a backend whose requests of one script (unlock, leave),
@@ -117,19 +115,10 @@ func TestUnacknowledgedUnlock_NextLockGetsNoOldToken(t *testing.T) {
 	late := &lateRequests{script: "unlock"}
 	srv := redistest.Start(t)
 	cx := clientOn(t, srv)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	late.Backend = rueidisbackend.New(rc)
+	late.Backend = rueidisOn(t, srv)
 	// A long waiter timeout: no renewal takes W's grant up (a third of
 	// it after W's last heartbeat) while the test runs.
-	cw, err := NewClient(late, WithWaiterTimeout(60*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cw.Close() })
+	cw := clientOver(t, late, WithWaiterTimeout(60*time.Second))
 	t.Cleanup(func() { late.deliver() })
 	const name = "unlock-unacknowledged"
 	w, x, holder := newTestMutex(t, cw, name), newTestMutex(t, cx, name), newTestMutex(t, cx, name)

@@ -10,8 +10,6 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/redis/rueidis"
 )
 
 // refuseLeaveKey marks the context of a call whose leave a refusedLeaves
@@ -88,17 +86,8 @@ func leaveGaveUp(t *testing.T, waiterTimeout time.Duration) (srv *redistest.Serv
 	b := &refusedLeaves{}
 	srv = redistest.Start(t)
 	cx := clientOn(t, srv)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	b.Backend = rueidisbackend.New(rc)
-	cw, err := NewClient(b, WithWaiterTimeout(waiterTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cw.Close() })
+	b.Backend = rueidisOn(t, srv)
+	cw := clientOver(t, b, WithWaiterTimeout(waiterTimeout))
 	const name = "leave-gave-up"
 	w, x, holder = newTestMutex(t, cw, name), newTestMutex(t, cx, name), newTestMutex(t, cx, name)
 	bg, stop := context.WithTimeout(context.Background(), 30*time.Second)

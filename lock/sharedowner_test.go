@@ -14,8 +14,6 @@ import (
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock/internal/wire"
 	"github.com/fairlock/fairlock/redistest"
-	"github.com/fairlock/fairlock/rueidisbackend"
-	"github.com/redis/rueidis"
 )
 
 // loseRepliesKey marks the context of a call whose acquire replies a
@@ -68,12 +66,13 @@ type noWatches struct{ backend.Backend }
 // hand only at their next script.
 func clientOn(t *testing.T, srv *redistest.Server, opts ...Option) *Client {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	c, err := NewClient(noWatches{rueidisbackend.New(rc)}, opts...)
+	return clientOver(t, noWatches{rueidisOn(t, srv)}, opts...)
+}
+
+// clientOver returns a Client over b with opts, closed at the test's end.
+func clientOver(t *testing.T, b backend.Backend, opts ...Option) *Client {
+	t.Helper()
+	c, err := NewClient(b, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
