@@ -97,16 +97,23 @@ func releaseWFirst(t *testing.T, ctx context.Context, h, w, x *Mutex, gotW, gotX
 		if r.err != nil {
 			t.Fatalf("W's Lock: %v", r.err)
 		}
-		if err := w.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
 	case r := <-gotX:
 		t.Fatalf("X acquired first (%v) while W queued before it", r.err)
 	case <-ctx.Done():
 		t.Fatal("neither W nor X acquired")
 	}
+	unlockWThenX(t, ctx, w, x, gotX)
+}
+
+// unlockWThenX unlocks W, holding, and checks that X, waiting, acquires
+// then; X unlocks.
+func unlockWThenX(t *testing.T, ctx context.Context, w, x *Mutex, gotX <-chan lockResult) {
+	t.Helper()
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatalf("W's Unlock: %v", err)
+	}
 	if r := <-gotX; r.err != nil {
-		t.Fatalf("X's Lock: %v", r.err)
+		t.Fatalf("X's Lock after W's Unlock: %v", r.err)
 	}
 	if err := x.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -144,15 +151,7 @@ func TestLateLeave_NextGrantStays(t *testing.T) {
 		t.Fatalf("X acquired (token %d, %v) while W held the lock", tokenOf(rx.h), rx.err)
 	default:
 	}
-	if err := w.Unlock(ctx); err != nil {
-		t.Fatalf("W's Unlock: %v", err)
-	}
-	if rx := <-gotX; rx.err != nil {
-		t.Fatalf("X's Lock after W's Unlock: %v", rx.err)
-	}
-	if err := x.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlockWThenX(t, ctx, w, x, gotX)
 }
 
 // TestLateLeave_FailedAtOnce_NextQueuesAfterItsBound: W's leave fails at

@@ -189,11 +189,10 @@ func plainConn(c *server.Peer) bool {
 	if c.Ctx == nil {
 		return true
 	}
-	v := reflect.ValueOf(c.Ctx)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+	s, ok := peerState(c)
+	if !ok {
 		return false
 	}
-	s := v.Elem()
 	nested, tx, sub, db := s.FieldByName("nested"), s.FieldByName("transaction"), s.FieldByName("subscriber"), s.FieldByName("selectedDB")
 	if !nested.IsValid() || !tx.IsValid() || !sub.IsValid() || !db.IsValid() {
 		return false
@@ -206,12 +205,22 @@ func fromScript(c *server.Peer) bool {
 	if c.Ctx == nil {
 		return false
 	}
-	v := reflect.ValueOf(c.Ctx)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+	s, ok := peerState(c)
+	if !ok {
 		return true
 	}
-	nested := v.Elem().FieldByName("nested")
+	nested := s.FieldByName("nested")
 	return !nested.IsValid() || nested.Bool()
+}
+
+// peerState returns the struct behind c's miniredis context (not nil),
+// and false when it is not a pointer to a struct.
+func peerState(c *server.Peer) (reflect.Value, bool) {
+	v := reflect.ValueOf(c.Ctx)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	return v.Elem(), true
 }
 
 // splitKeys splits EVAL's "numkeys key... arg..."; false when numkeys is
