@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock/lock"
 )
 
 // Each checker is shown, without a server, to pass a history that keeps
@@ -519,6 +521,16 @@ func TestCheckErrorsOwnerWaits(t *testing.T) {
 	}
 }
 
+// unacknowledged records hd, acquired, and its owner's Unlock from call to
+// ret that was not acknowledged: the hold ended as lost.
+func unacknowledged(h *History, hd *Hold, call, ret time.Duration) {
+	acquire(h, hd, hd.Acquired-msec)
+	hd.Releasing(call)
+	err := fmt.Errorf("%w: unlock failed (%w: unlock not acknowledged within 2s); no longer renewed, it frees itself within the lease", lock.ErrLockLost, lock.ErrLockLost)
+	hd.End(ret, err)
+	h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true, Err: err.Error()})
+}
+
 // TestCheckBusy: ErrNotAcquired only when another owner held the lock,
 // waited for it, or may have left a hold or an entry behind.
 func TestCheckBusy(t *testing.T) {
@@ -553,6 +565,19 @@ func TestCheckBusy(t *testing.T) {
 			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "c", Call: 38 * sec, Return: 39 * sec, Err: "context deadline exceeded", Canceled: true})
 		}, 1},
 		{"another lock busy", func(h *History) { acquire(h, hold("M", "x", 1, 39*sec, 41*sec), 39*sec-msec) }, 1},
+		// Seed 135604667200282 (Valkey): the hold stays on the server
+		// for its lease when its Unlock was not acknowledged.
+		{"another owner's hold lost 5 s before, its Unlock unacknowledged", func(h *History) {
+			unacknowledged(h, hold("L", "x", 1, 30*sec, 0), 33*sec, 35*sec)
+		}, 0},
+		{"another owner's hold lost a minute before, its Unlock unacknowledged", func(h *History) {
+			unacknowledged(h, hold("L", "x", 1, sec, 0), 3*sec, 5*sec)
+		}, 1},
+		{"another owner's hold released 5 s before", func(h *History) {
+			hd := hold("L", "x", 1, 30*sec, 0)
+			acquire(h, hd, 30*sec-msec)
+			releaseHold(h, hd, 33*sec, 35*sec)
+		}, 1},
 	} {
 		h := NewHistory(1)
 		c.other(h)
