@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/lock/internal/wire"
+	"github.com/fairlock/fairlock/lock/observe"
 )
 
 // The attempt protocol of an acquire call (waiter.go has its wait):
@@ -79,7 +80,9 @@ func (w *waiter) attempt(ctx context.Context) (r wire.AcquireReply, h *Hold, err
 			return err
 		}
 		if r.Acquired {
-			h, err = w.grant(ctx, r, sent)
+			if h, err = w.grant(ctx, r, sent); err == nil && w.abandoned.Load() {
+				h, err = nil, w.giveBackAbandoned(ctx)
+			}
 			return err
 		}
 		w.lastAck, w.ackedAt = sent, r.Now
@@ -151,7 +154,7 @@ func (w *waiter) leaveLeftover(ctx context.Context) error {
 	if w.joined {
 		return nil
 	}
-	if w.o.leftover(!w.call.Once) {
+	if w.o.leftover(w) {
 		w.inFlight.Store(true)
 		err := w.giveBack(ctx, w.o.view())
 		w.noteFailure(err)
@@ -189,6 +192,22 @@ func (w *waiter) giveBackSpent(ctx context.Context, r wire.AcquireReply) error {
 		return fmt.Errorf("giving back a grant of a hold this owner had ended: %v", err)
 	}
 	return nil
+}
+
+// giveBackAbandoned releases, in the owner's gate, the count a grant
+// brought to a call whose caller has returned (runBounded): before the gate
+// is free, so that no other call of the owner re-enters the hold and keeps
+// the lock by the place in line of a caller who is gone, ahead of the
+// owners queued after it. The call ends with its caller's error.
+func (w *waiter) giveBackAbandoned(ctx context.Context) error {
+	cctx, cancel := cleanupContext(context.Background())
+	defer cancel()
+	var result observe.ReleaseResult
+	_ = w.m.unlock(cctx, w.o, &result)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.Canceled
 }
 
 // evalAcquire sends one attempt, sent at sent, bounded by attemptTimeout
@@ -300,7 +319,7 @@ func (w *waiter) adopt(ctx context.Context, g wire.Message) (h *Hold) {
 // if it ends first, leaves the queue and gives the grant back (the owner
 // counts as queued).
 func (w *waiter) undo(ctx context.Context, view wire.View) {
-	if view.Count == 0 && w.o.othersWaiting(!w.call.Once) {
+	if view.Count == 0 && w.o.othersWaiting(w) {
 		w.o.leftGrant()
 		return
 	}

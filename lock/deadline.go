@@ -70,6 +70,7 @@ func (m *Mutex) runBounded(ctx context.Context, w *waiter) (h *Hold, err error, 
 	}
 	out.abandoned = true
 	w.abandoned.Store(true)
+	w.o.abandon(w)
 	switch p := w.failing.Load(); {
 	case w.inFlight.Load():
 		return nil, joinLine(ctx.Err(), ErrUnavailable, errNoReply), true

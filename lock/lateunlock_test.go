@@ -18,12 +18,15 @@ import (
 // and the request runs late, after requests sent on other connections
 // since. limit > 0 holds that many at most. failFast: the caller hears
 // an error at once instead, as from a connection that broke after the
-// request was written.
+// request was written. answer: the caller hears the reply when the
+// request runs, if its context has not ended, as from a server that
+// answers late.
 type lateRequests struct {
 	backend.Backend
 	script   string
 	limit    int
 	failFast bool
+	answer   bool
 	mu       sync.Mutex
 	holding  bool
 	send     chan struct{} // closed by deliver
@@ -55,6 +58,13 @@ func (b *lateRequests) deliver() int {
 	return n
 }
 
+// heldNow returns how many requests are held.
+func (b *lateRequests) heldNow() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
+
 // ranReplies returns the replies of the held requests that ran.
 func (b *lateRequests) ranReplies() []backend.Reply {
 	b.mu.Lock()
@@ -79,6 +89,7 @@ func (b *lateRequests) Eval(ctx context.Context, s *backend.Script, keys, args [
 	b.held++
 	b.ran.Add(1)
 	b.mu.Unlock()
+	answered := make(chan backend.Reply, 1)
 	go func() {
 		defer b.ran.Done()
 		<-send
@@ -88,13 +99,22 @@ func (b *lateRequests) Eval(ctx context.Context, s *backend.Script, keys, args [
 			b.mu.Lock()
 			b.replies = append(b.replies, rep)
 			b.mu.Unlock()
+			answered <- rep
 		}
 	}()
 	if b.failFast {
 		return backend.Reply{}, errors.New("the connection broke (test)")
 	}
-	<-ctx.Done()
-	return backend.Reply{}, ctx.Err()
+	heard := answered
+	if !b.answer {
+		heard = nil
+	}
+	select {
+	case rep := <-heard:
+		return rep, nil
+	case <-ctx.Done():
+		return backend.Reply{}, ctx.Err()
+	}
 }
 
 // TestUnacknowledgedUnlock_NextLockGetsNoOldToken: W is handed the lock

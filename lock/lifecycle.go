@@ -55,6 +55,9 @@ type owner struct {
 	// out since; the owner's last waiting call leaves the queue then.
 	queued  bool
 	waiting int // calls queued (or about to be) for this owner
+	// abandoned: those of them whose caller returned without them; they
+	// end in the background and hold the owner's entry for nobody.
+	abandoned int
 	// grantMayWait: an attempt of unknown outcome may have left the owner
 	// a grant the client has not taken up, for another of its waiting
 	// calls (undo); until a reply settles the owner's state on the

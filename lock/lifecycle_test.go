@@ -86,7 +86,8 @@ func TestOwner_QueueAndLeave(t *testing.T) {
 	if p := o.phase(); p != phaseIdle {
 		t.Fatalf("new owner: %s", p)
 	}
-	o.startWaiting()
+	w := &waiter{}
+	o.startWaiting(w)
 	o.queuedBy()
 	if p := o.phase(); p != phaseQueued {
 		t.Fatalf("after a queueing attempt: %s", p)
@@ -94,7 +95,7 @@ func TestOwner_QueueAndLeave(t *testing.T) {
 	if o.mustLeave() {
 		t.Fatal("must leave while its call still waits")
 	}
-	if !o.stopWaiting(false) {
+	if !o.stopWaiting(w, false) {
 		t.Fatal("the last waiting call of a queued owner must leave")
 	}
 	if give := o.left(wire.LeaveReply{Queued: true, Held: wire.View{Token: 9}}, wire.View{}); give != (wire.View{}) {
@@ -122,17 +123,63 @@ func TestOwner_LeaveFindsAGrant(t *testing.T) {
 // place: only the last waiting call leaves.
 func TestOwner_SharedOwnerKeepsItsPlace(t *testing.T) {
 	o, _ := newTestOwner()
-	o.startWaiting()
-	o.startWaiting()
+	first, second := &waiter{}, &waiter{}
+	o.startWaiting(first)
+	o.startWaiting(second)
 	o.queuedBy()
-	if !o.othersWaiting(true) {
+	if !o.othersWaiting(first) {
 		t.Fatal("a sibling waits")
 	}
-	if o.stopWaiting(true) {
+	if o.stopWaiting(first, true) {
 		t.Fatal("the first call to fail left the queue its sibling still waits in")
 	}
-	if o.othersWaiting(true) || !o.stopWaiting(true) {
+	if o.othersWaiting(second) || !o.stopWaiting(second, true) {
 		t.Fatal("the last call must leave")
+	}
+}
+
+// A call whose caller returned without it (runBounded: its attempt still
+// in flight) holds the owner's entry for nobody: the owner's next call
+// finds it a leftover to leave (soak seed 137617542961740), while a
+// sibling that waits still shares it - the abandoned call's undo leaves
+// it in place for the sibling - and the last call waiting for a caller
+// leaves the queue when it ends.
+func TestOwner_AbandonedCallHoldsNoPlace(t *testing.T) {
+	o, _ := newTestOwner()
+	gone, next := &waiter{}, &waiter{}
+	once := &waiter{call: wire.Acquire{Once: true}}
+	o.startWaiting(gone)
+	o.queuedBy()
+	o.abandon(gone)
+	o.abandon(gone) // counted once
+	if !o.leftover(once) {
+		t.Fatal("a TryLock(0) finds the abandoned call's entry held")
+	}
+	o.startWaiting(next) // a Lock called after
+	if !o.leftover(next) {
+		t.Fatal("the owner's next Lock finds the abandoned call's entry held")
+	}
+	if !o.othersWaiting(gone) {
+		t.Fatal("the abandoned call finds no other call waiting: its undo would take the entry from next")
+	}
+	if o.othersWaiting(next) {
+		t.Fatal("next finds another call waiting: the abandoned one")
+	}
+	if !o.stopWaiting(next, true) {
+		t.Fatal("the last call waiting for a caller ended without leaving the queue")
+	}
+	o.stopWaiting(gone, true)
+	if o.waiting != 0 || o.abandoned != 0 {
+		t.Fatalf("after both ended: waiting %d, abandoned %d; want 0, 0", o.waiting, o.abandoned)
+	}
+	if o.abandon(once); o.abandoned != 0 {
+		t.Fatal("a single attempt, never counted as waiting, counted as abandoned")
+	}
+	// A call abandoned in its leave, after it stopped waiting, is not
+	// counted again (the late-leave tests: the next call then took the
+	// entry for a live call's and did not leave it).
+	if o.abandon(gone); o.abandoned != 0 {
+		t.Fatalf("a call abandoned after it stopped waiting: abandoned %d, want 0", o.abandoned)
 	}
 }
 

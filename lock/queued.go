@@ -12,33 +12,62 @@ import (
 // the rest of the owner's transitions): which of an owner's calls waits,
 // and which must leave the queue when it ends.
 
-// startWaiting counts a call that may queue the owner.
-func (o *owner) startWaiting() {
+// startWaiting counts w, a call that may queue the owner.
+func (o *owner) startWaiting(w *waiter) {
 	o.mu.Lock()
 	o.waiting++
+	w.counted = true
 	o.mu.Unlock()
 }
 
-// stopWaiting uncounts it and reports whether the owner must leave the
-// queue now: it was the owner's last waiting call, and the call failed
-// (err) or the owner is still marked queued.
-func (o *owner) stopWaiting(failed bool) bool {
+// stopWaiting uncounts w and reports whether the owner must leave the
+// queue now: w was the owner's last waiting call but those abandoned, and
+// it failed (err) or the owner is still marked queued.
+func (o *owner) stopWaiting(w *waiter, failed bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.waiting--
-	return o.waiting == 0 && (failed || o.queued)
+	if w.gaveUp {
+		o.abandoned--
+	}
+	w.counted, w.gaveUp = false, false
+	return o.live(nil) == 0 && (failed || o.queued)
 }
 
-// othersWaiting reports whether a call of the owner other than the
-// caller waits; self says whether the caller is counted as waiting.
-func (o *owner) othersWaiting(self bool) bool {
+// abandon marks w, if it is a waiting call still counted, as abandoned by
+// its caller: it goes on
+// in the background until its attempt in flight is answered, but the
+// owner's queue entry is no longer its own. The owner's next call then
+// leaves that entry, and queues at the tail (leaveLeftover): kept, it
+// would hold a place in line - and take a grant up - for a caller who
+// has returned, ahead of the owners queued after it (soak seed
+// 137617542961740: a TryLock(0) 17 ms after such a Lock returned took
+// the grant handed to its entry, ahead of three waiters).
+func (o *owner) abandon(w *waiter) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.waiting
-	if self {
+	if w.counted && !w.gaveUp {
+		w.gaveUp = true
+		o.abandoned++
+	}
+}
+
+// live returns how many of the owner's calls wait for a caller, less w
+// (nil: none) if it is one of them. Called with o.mu held.
+func (o *owner) live(w *waiter) int {
+	n := o.waiting - o.abandoned
+	if w != nil && w.counted && !w.gaveUp {
 		n--
 	}
-	return n > 0
+	return n
+}
+
+// othersWaiting reports whether a call of the owner other than w waits
+// for its caller.
+func (o *owner) othersWaiting(w *waiter) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.live(w) > 0
 }
 
 // queuedBy applies an acquire reply that queued the owner. The server
@@ -73,25 +102,21 @@ func (o *owner) mayHaveRun() bool {
 }
 
 // leftover reports whether the owner is marked queued while no call of
-// its own waits but the caller (self: counted as waiting): the entry is
-// an ended call's, whose leave gave up or is still to run.
-func (o *owner) leftover(self bool) bool {
+// its own but w waits for a caller: the entry is an ended or abandoned
+// call's, whose leave gave up or is still to run.
+func (o *owner) leftover(w *waiter) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.waiting
-	if self {
-		n--
-	}
-	return o.queued && n == 0
+	return o.queued && o.live(w) == 0
 }
 
 // mustLeave reports whether the owner's last waiting call must leave the
-// queue: it is still marked queued and no other call waits (else the
-// queue entry, and any grant on its way, are that call's).
+// queue: it is still marked queued and no other call waits for a caller
+// (else the queue entry, and any grant on its way, are that call's).
 func (o *owner) mustLeave() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.queued && o.waiting == 0
+	return o.queued && o.live(nil) == 0
 }
 
 // left applies leave.lua's reply: the owner is out of the queue, and

@@ -32,6 +32,8 @@ type waiter struct {
 	watch   keyWatch              // the lock hash, while this owner is the head
 	timer   *time.Timer
 	joined  bool      // the first attempt found no leftover queue entry to leave (leaveLeftover)
+	counted bool      // counted among the owner's waiting calls (guarded by o.mu)
+	gaveUp  bool      // and among its abandoned ones (owner.abandon)
 	lastAck time.Time // send time of the latest attempt that queued the owner
 	ackedAt int64     // the server's time (µs) when that attempt ran
 	headAt  time.Time // when this call learnt the owner is first in line
@@ -52,7 +54,7 @@ type waiter struct {
 func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	c := w.m.c
 	if !w.call.Once {
-		w.o.startWaiting()
+		w.o.startWaiting(w)
 		w.sub = c.owners.takeParked(w.m)
 	}
 	h, err := w.loop(ctx)
@@ -67,7 +69,7 @@ func (w *waiter) run(ctx context.Context) (*Hold, error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	if !w.call.Once && w.o.stopWaiting(err != nil) {
+	if !w.call.Once && w.o.stopWaiting(w, err != nil) {
 		// The owner's last waiting call leaves the queue it shares with
 		// the others (X5), also when it got the lock but another call left
 		// the owner marked queued after that (an attempt of unknown
