@@ -293,7 +293,7 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 		r, err = wire.DecodeLeave(rep)
 	}
 	if err == nil && r.Expired {
-		err = errors.New("the leave reached the server after its client had given up on it, and did nothing")
+		err = errLeaveExpired
 	}
 	switch {
 	case err != nil && notRun(err):
@@ -305,6 +305,10 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 	}
 	return r, nil
 }
+
+// errLeaveExpired is why a leave did nothing: it reached the server after
+// its client had given up on it.
+var errLeaveExpired = errors.New("the leave reached the server after its client had given up on it, and did nothing")
 
 // leaveUnsettled is the error of a leave that did not settle: it may
 // still reach the server until end, the time its client gives up on it.
