@@ -81,12 +81,7 @@ func TestAbandonedCall_NextTryLockTakesNoGrant(t *testing.T) {
 			} else if !errors.Is(r.err, ErrNotAcquired) {
 				t.Fatalf("W's TryLock(0) = %v, want ErrNotAcquired", r.err)
 			}
-			if r := <-gotX; r.err != nil {
-				t.Fatalf("X's Lock: %v", r.err)
-			}
-			if err := x.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
+			acquiredThenUnlock(t, ctx, x, gotX)
 		})
 	}
 }
@@ -174,10 +169,17 @@ func TestAbandonedCall_LastCallWaitingForACallerLeaves(t *testing.T) {
 	} else if !errors.Is(err, ErrNotAcquired) {
 		t.Errorf("W's TryLock(0) = %v, want ErrNotAcquired", err)
 	}
-	if r := <-gotX; r.err != nil {
-		t.Fatalf("X's Lock: %v", r.err)
+	acquiredThenUnlock(t, ctx, x, gotX)
+}
+
+// acquiredThenUnlock checks that m's Lock, whose result got brings,
+// acquired; then m unlocks.
+func acquiredThenUnlock(t *testing.T, ctx context.Context, m *Mutex, got <-chan lockResult) {
+	t.Helper()
+	if r := <-got; r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
 	}
-	if err := x.Unlock(ctx); err != nil {
+	if err := m.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
