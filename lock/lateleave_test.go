@@ -62,8 +62,8 @@ func deliverLateLeave(t *testing.T, late *lateRequests) {
 	if len(reps) != 1 {
 		t.Fatalf("the late leave ran %d times, want once", len(reps))
 	}
-	if v, err := reps[0].AsInts(); err != nil || len(v) != 1 || v[0] != -1 {
-		t.Errorf("the late leave replied %v (%v), want [-1]: it came after its client gave up, and must do nothing", reps[0], err)
+	if v, err := reps[0].AsInts(); err != nil || len(v) != 2 || v[0] != -1 {
+		t.Errorf("the late leave replied %v (%v), want [-1, the server's time]: it came after its client gave up, and must do nothing", reps[0], err)
 	}
 }
 
@@ -249,4 +249,50 @@ func TestLeaveUnsettled_NextTryLockSaysUnavailable(t *testing.T) {
 		t.Fatalf("W's next TryLock, waiting out its unsettled leave = %v, want ErrUnavailable", err)
 	}
 	t.Logf("the error: %v", err)
+}
+
+// TestLeave_FloorBehindTheServersClock: the client's floor of the server's
+// clock taken from a reply that was long on its way is seconds behind it,
+// and a leave dated by it reaches the server after its limit and does
+// nothing (the simulation: replies delayed past 2 s, then every leave of
+// the client "reached the server after its client had given up on it",
+// its owners' entries stayed, and their next calls said ErrUnavailable).
+// The expired reply tells the server's time: the leave is sent again,
+// dated from it, and takes W out of the queue.
+func TestLeave_FloorBehindTheServersClock(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	srv := redistest.Start(t)
+	cx := clientOn(t, srv)
+	counted := &lateRequests{Backend: rueidisOn(t, srv), script: "none"}
+	// A long waiter timeout: no heartbeat's reply mends the floor while
+	// the test runs.
+	cw := clientOver(t, counted, WithWaiterTimeout(60*time.Second))
+	const name = "leave-floor-behind"
+	h, w := newTestMutex(t, cx, name), newTestMutex(t, cw, name)
+	if _, err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, cancel := context.WithCancel(ctx)
+	gotW := goLockIn(first, w)
+	redistest.Eventually(t, 5*time.Second, "W queued, subscribed and attempted again", func() bool {
+		v, _ := srv.Do(t, "PUBSUB", "NUMSUB", w.channel).([]any)
+		return len(queueOf(t, srv, w)) == 1 && len(v) == 2 && v[1] == int64(1) && counted.asked.Load() >= 2
+	})
+	cw.floor.mu.Lock()
+	cw.floor.server, cw.floor.local = time.Now().Add(-10*time.Second), time.Now()
+	cw.floor.mu.Unlock()
+	cancel()
+	if r := <-gotW; !errors.Is(r.err, context.Canceled) || errors.Is(r.err, ErrUnavailable) {
+		t.Fatalf("W's Lock, cancelled = %v, want context.Canceled alone", r.err)
+	}
+	if q := queueOf(t, srv, w); len(q) != 0 {
+		t.Errorf("queue after W's Lock was cancelled = %v, want it empty: the leave did nothing", q)
+	}
+	if _, err := w.TryLock(ctx, 0); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("W's TryLock(0) while H holds = %v, want ErrNotAcquired", err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

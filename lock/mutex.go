@@ -285,25 +285,41 @@ func (m *Mutex) leaveQueue(ctx context.Context, known int64) (wire.LeaveReply, e
 	// later: the leave does nothing from the server's time then, or
 	// earlier (floor).
 	end, _ := ctx.Deadline()
-	leave := wire.Leave{Owner: m.field, Wake: m.wake(), Known: known, Until: m.c.floor.at(sent.Add(cleanupTimeout))}
-	call := leave.Call(m.c.scripts, m.keys)
-	rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
-	var r wire.LeaveReply
-	if err == nil {
-		r, err = wire.DecodeLeave(rep)
-	}
-	if err == nil && r.Expired {
-		err = errLeaveExpired
-	}
+	r, err := m.sendLeave(ctx, known, sent)
 	switch {
-	case err != nil && notRun(err):
-		// Refused, or never sent (connection refused): it cannot run
-		// later.
+	case err != nil && (notRun(err) || errors.Is(err, errLeaveExpired)):
+		// Refused, never sent (connection refused), or run and too late:
+		// it cannot run later.
 		return wire.LeaveReply{}, err
 	case err != nil:
 		return wire.LeaveReply{}, leaveUnsettled{end: end, err: err}
 	}
 	return r, nil
+}
+
+// maxLeaveSends bounds how many times leaveQueue sends a leave that came
+// too late by the client's floor of the server's clock.
+const maxLeaveSends = 4
+
+// sendLeave sends the leave until the server answers it in time by its
+// clock, maxLeaveSends times at most. A leave that came at its limit or
+// later did nothing, and ran; its reply tells the server's time then - a
+// better floor than the client's (one taken from a reply long on its way
+// bounds the clock low), from which the next send's limit is dated.
+func (m *Mutex) sendLeave(ctx context.Context, known int64, sent time.Time) (r wire.LeaveReply, err error) {
+	for range maxLeaveSends {
+		leave := wire.Leave{Owner: m.field, Wake: m.wake(), Known: known, Until: m.c.floor.at(sent.Add(cleanupTimeout))}
+		call := leave.Call(m.c.scripts, m.keys)
+		rep, err := m.c.b.Eval(ctx, call.Script, call.Keys, call.Args)
+		if err == nil {
+			r, err = wire.DecodeLeave(rep)
+		}
+		if err != nil || !r.Expired {
+			return r, err
+		}
+		m.c.floor.observe(max(r.Now, leave.Until*1000), time.Now())
+	}
+	return wire.LeaveReply{}, errLeaveExpired
 }
 
 // errLeaveExpired is why a leave did nothing: it reached the server after

@@ -24,15 +24,22 @@ const (
 )
 
 // observe takes the server's time serverUs (µs) read by a script whose
-// reply came at recv, when it is the fresher reference.
+// reply came at recv, when it bounds the server's clock higher than the
+// reference does - a reply that was long on its way bounds it low, and
+// kept, it would date a leave's limit seconds before the server's time,
+// and the leave would do nothing (the simulation: replies delayed past
+// the leave's bound, then one leave after another "reached the server
+// after its client had given up on it") - or when the reference is past
+// half its usable age.
 func (f *serverFloor) observe(serverUs int64, recv time.Time) {
 	if serverUs <= 0 {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if recv.After(f.local) {
-		f.server, f.local = time.UnixMicro(serverUs), recv
+	server := time.UnixMicro(serverUs)
+	if f.local.IsZero() || recv.Sub(f.local) > floorMaxAge/2 || server.After(f.server.Add(recv.Sub(f.local))) {
+		f.server, f.local = server, recv
 	}
 }
 

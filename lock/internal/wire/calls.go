@@ -146,16 +146,17 @@ type LeaveReply struct {
 	Queued bool
 	Held   View
 	// Expired: the leave reached the server at its Until or later, and
-	// did nothing.
+	// did nothing; Now is the server's time then (µs).
 	Expired bool
+	Now     int64
 }
 
 // DecodeLeave decodes leave.lua's reply.
 func DecodeLeave(rep backend.Reply) (LeaveReply, error) {
 	v, err := rep.AsInts()
 	switch {
-	case err == nil && len(v) == 1 && v[0] == -1:
-		return LeaveReply{Expired: true}, nil
+	case err == nil && len(v) == 2 && v[0] == -1:
+		return LeaveReply{Expired: true, Now: v[1]}, nil
 	case err != nil || len(v) != 3:
 		return LeaveReply{}, unexpected("leave", rep)
 	}

@@ -94,7 +94,7 @@ func TestDecodeReplies(t *testing.T) {
 	if got, err := DecodeLeave(ints(1, 0, 9)); err != nil || got != (LeaveReply{Queued: true, Held: View{Token: 9}}) {
 		t.Errorf("leave: %+v, %v", got, err)
 	}
-	if got, err := DecodeLeave(ints(-1)); err != nil || got != (LeaveReply{Expired: true}) {
+	if got, err := DecodeLeave(ints(-1, 99)); err != nil || got != (LeaveReply{Expired: true, Now: 99}) {
 		t.Errorf("leave expired: %+v, %v", got, err)
 	}
 	if got, err := DecodeRenew(backend.IntReply(2)); err != nil || got != RenewTookUp {
@@ -107,6 +107,7 @@ func TestDecodeReplies(t *testing.T) {
 		func() error { _, err := DecodeUnlock(backend.IntReply(-2)); return err },
 		func() error { _, err := DecodeLeave(ints(1, 0)); return err },
 		func() error { _, err := DecodeLeave(ints(1)); return err },
+		func() error { _, err := DecodeLeave(ints(-1)); return err },
 		func() error { _, err := DecodeRenew(backend.IntReply(3)); return err },
 		func() error { _, err := DecodeInspect(ints(1, 2, 3)); return err },
 		func() error {

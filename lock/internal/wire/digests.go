@@ -9,7 +9,7 @@ var digests = map[string]string{
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
 	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
-	"leave":            "37fb4b1614efd5803f0aa7f84a90ebca5df5abdf",
+	"leave":            "4eb1bb02c0cece21ff88bc3b54f9fbd5b9e5300b",
 	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
 	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",

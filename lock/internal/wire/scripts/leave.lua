@@ -17,8 +17,9 @@
 -- Returns {queued, count, token}: queued is 1 if the owner was queued (or
 -- had been handed the lock, which it gives up);
 -- count is the owner's hold count (0: it holds nothing) and token the
--- current hold's token. {-1}: the leave came at ARGV[5] or later, and did
--- nothing.
+-- current hold's token. {-1, now}: the leave came at ARGV[5] or later, and
+-- did nothing; now is the server's time (µs), which the client's floor of
+-- that clock was behind.
 --
 -- A leave names the owner, not the queue entry or the grant it means: run
 -- late, after the owner queued again, it would take that later entry out,
@@ -52,7 +53,7 @@ do
   end
 end
 if ARGV[5] ~= '0' and server_now() >= tonumber(ARGV[5]) then
-  return {-1}
+  return {-1, clock_us}
 end
 local me = ARGV[1]
 local was_head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], me) == me
