@@ -681,6 +681,11 @@ func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans
 		}
 		add(a.Lock, span{a.Owner, a.Call, until})
 	}
+	for _, u := range ops {
+		if u.Kind == KindJavaUnlock && u.Err != "" && !strings.Contains(u.Err, "not locked by current thread") {
+			add(u.Lock, span{u.Owner, u.Call, javaKept(ops, u)})
+		}
+	}
 	for _, sp := range by {
 		sort.Slice(sp.s, func(i, j int) bool { return sp.s[i].from < sp.s[j].from })
 		sp.reach = make([]time.Duration, len(sp.s))
@@ -692,6 +697,29 @@ func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans
 		}
 	}
 	return by
+}
+
+// javaKept returns until when the Redisson thread whose unlock u failed
+// may hold u's lock: Redisson's count stayed up, so the thread's later
+// acquires re-entered its hold and its unlocks took the count down only to
+// where it was, each renewing it for a lease - until something ended it
+// (a force unlock, a delete, a DEL by hand), or a lease after the thread's
+// last call on the lock (the simulation, seed 138878139966595: a Java
+// unlock whose reply was lost - "EOF" - then 14 lock/unlock pairs of the
+// thread, and a Go TryLock(0) 12 ms after the last was told the lock was
+// busy, rightly: a Redisson forceUnlock 124 ms later removed the hold).
+func javaKept(ops []*Op, u *Op) time.Duration {
+	until := u.Return + javaLease
+	for _, op := range ops {
+		switch {
+		case op.Lock != u.Lock || op.Call <= u.Call:
+		case op.Kind.ends() && op.Released && op.Err == "":
+			return min(until, op.Return)
+		case op.Owner == u.Owner:
+			until = max(until, op.Return+javaLease)
+		}
+	}
+	return until
 }
 
 // busy reports whether another owner than op's has a span during op.

@@ -531,6 +531,21 @@ func unacknowledged(h *History, hd *Hold, call, ret time.Duration) {
 	h.Add(&Op{Kind: KindUnlock, Lock: hd.Lock, Owner: hd.Owner, Call: call, Return: ret, Hold: hd, Final: true, Err: err.Error()})
 }
 
+// javaKeptHold records a Redisson thread j's hold of L whose unlock failed
+// ("EOF": its reply lost) at 30 s, then j's lock and unlock ending at last.
+func javaKeptHold(h *History, last time.Duration) {
+	first := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: 29 * time.Second, Called: 29 * time.Second, Lease: javaLease}
+	h.AddHold(first)
+	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: first.Called, Return: first.Acquired, Hold: first, New: true})
+	first.End(30*time.Second, nil)
+	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 30 * time.Second, Return: 30 * time.Second, Hold: first, Err: "EOF"})
+	again := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: last - 2*msec, Called: last - 3*msec, Lease: javaLease}
+	h.AddHold(again)
+	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: again.Called, Return: again.Acquired, Hold: again, New: true})
+	again.End(last, nil)
+	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: last - msec, Return: last, Hold: again})
+}
+
 // TestCheckBusy: ErrNotAcquired only when another owner held the lock,
 // waited for it, or may have left a hold or an entry behind.
 func TestCheckBusy(t *testing.T) {
@@ -572,6 +587,16 @@ func TestCheckBusy(t *testing.T) {
 		}, 0},
 		{"another owner's hold lost a minute before, its Unlock unacknowledged", func(h *History) {
 			unacknowledged(h, hold("L", "x", 1, sec, 0), 3*sec, 5*sec)
+		}, 1},
+		// Seed 138878139966595 (the simulation): a Redisson thread's
+		// unlock failed, so its count stayed up through its later
+		// lock/unlock pairs.
+		{"a Redisson thread's unlock failed, then it locked and unlocked again", func(h *History) {
+			javaKeptHold(h, 39*sec)
+		}, 0},
+		{"as above, and a force unlock ended its hold before", func(h *History) {
+			javaKeptHold(h, 39*sec)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
 		}, 1},
 		{"another owner's hold released 5 s before", func(h *History) {
 			hd := hold("L", "x", 1, 30*sec, 0)
