@@ -18,16 +18,8 @@ import (
 func abandonedSetup(t *testing.T, ctx context.Context, name string, answer bool) (srv *redistest.Server, late *lateRequests, h, w, x *Mutex, gotX <-chan lockResult) {
 	t.Helper()
 	late = &lateRequests{script: "acquire", limit: 1, answer: answer}
-	srv = redistest.Start(t)
-	cx := clientOn(t, srv)
-	late.Backend = rueidisOn(t, srv)
 	// Heartbeats every second or so: the held one comes soon.
-	cw := clientOver(t, late, WithWaiterTimeout(3*time.Second))
-	t.Cleanup(func() { late.deliver() })
-	h, w, x = newTestMutex(t, cx, name), newTestMutex(t, cw, name), newTestMutex(t, cx, name)
-	if _, err := h.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	srv, h, w, x = heldWithLate(t, ctx, late, name, WithWaiterTimeout(3*time.Second))
 	first, cancel := context.WithCancel(ctx)
 	gotW := goLockIn(first, w)
 	redistest.Eventually(t, 5*time.Second, "W queued, subscribed and attempted again", func() bool {
@@ -105,18 +97,8 @@ func TestAbandonedCall_NextLockQueuesAtTheTail(t *testing.T) {
 	if q := queueOf(t, srv, w); q[0] == w.field {
 		t.Errorf("queue = %v: W's next Lock kept the place of its abandoned call, ahead of X", q)
 	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-gotX:
-		if r.err != nil {
-			t.Fatalf("X's Lock: %v", r.err)
-		}
-	case r := <-gotW:
-		t.Fatalf("W's next Lock acquired first (%v), ahead of X, queued before it", r.err)
-	}
-	unlockWThenX(t, ctx, x, w, gotW)
+	// X, queued first, acquires before W's next Lock.
+	releaseWFirst(t, ctx, h, x, w, gotX, gotW)
 }
 
 // TestAbandonedCall_LastCallWaitingForACallerLeaves: the order the

@@ -16,15 +16,7 @@ import (
 func lateLeaveSetup(t *testing.T, ctx context.Context, name string, failFast bool) (srv *redistest.Server, late *lateRequests, h, w, x *Mutex, gotW, gotX <-chan lockResult) {
 	t.Helper()
 	late = &lateRequests{script: "leave", limit: 1, failFast: failFast}
-	srv = redistest.Start(t)
-	cx := clientOn(t, srv)
-	late.Backend = rueidisOn(t, srv)
-	cw := clientOver(t, late)
-	t.Cleanup(func() { late.deliver() })
-	h, w, x = newTestMutex(t, cx, name), newTestMutex(t, cw, name), newTestMutex(t, cx, name)
-	if _, err := h.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	srv, h, w, x = heldWithLate(t, ctx, late, name)
 	first, cancel := context.WithCancel(ctx)
 	gotFirst := goLockIn(first, w)
 	redistest.Eventually(t, 5*time.Second, "W queued (acknowledged)", func() bool {
@@ -49,6 +41,22 @@ func lateLeaveSetup(t *testing.T, ctx context.Context, name string, failFast boo
 	gotX = goLockIn(ctx, x)
 	redistest.Eventually(t, 5*time.Second, "X queued behind W", func() bool { return len(queueOf(t, srv, w)) == 2 })
 	return srv, late, h, w, x, gotW, gotX
+}
+
+// heldWithLate starts a server where H (client cx) holds lock name; W's
+// client, with opts, sends its requests through late; X is on cx.
+func heldWithLate(t *testing.T, ctx context.Context, late *lateRequests, name string, opts ...Option) (srv *redistest.Server, h, w, x *Mutex) {
+	t.Helper()
+	srv = redistest.Start(t)
+	cx := clientOn(t, srv)
+	late.Backend = rueidisOn(t, srv)
+	cw := clientOver(t, late, opts...)
+	t.Cleanup(func() { late.deliver() })
+	h, w, x = newTestMutex(t, cx, name), newTestMutex(t, cw, name), newTestMutex(t, cx, name)
+	if _, err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return srv, h, w, x
 }
 
 // deliverLateLeave runs W's held-back leave, now, and checks that it came
