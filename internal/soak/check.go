@@ -648,9 +648,10 @@ type spans struct {
 
 // busySpans returns, by lock, the spans of every hold and acquire: a hold
 // from its acquire's call to its Done (a hold its client's Close ended,
-// one lost with its Unlock's outcome unknown, or one never seen to end -
-// a Java hold whose unlock failed - linger longer); an acquire over its call, and linger longer when its outcome
-// is unknown.
+// one lost with its Unlock's outcome unknown, or one never seen to end
+// linger longer); an acquire over its call, and linger longer when its
+// outcome is unknown; a Redisson thread's hold whose unlock failed, until
+// javaKept.
 func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans {
 	by := map[string]*spans{}
 	add := func(lock string, sp span) {
