@@ -113,7 +113,7 @@ func (w *waiter) send(ctx context.Context) (r wire.AcquireReply, sent time.Time,
 		// names none; a grant of a hold the owner has ended is given
 		// back (giveBackSpent), and the next finds it gone.
 		for range 3 {
-			w.call.View, w.call.HoldLease = w.o.attemptView()
+			w.call.View, w.call.HoldLease, w.call.Spent = w.o.attemptView()
 			w.sentSeq = w.m.c.wakes.seq()
 			sent = time.Now()
 			w.inFlight.Store(true)

@@ -71,9 +71,10 @@ type owner struct {
 // holdEnder is told when a hold of an owner ended: the Mutex that made
 // the owner (an interface rather than a func, which would cost an
 // allocation per owner). grant says the hold was a hand-over grant the
-// server had not seen taken up.
+// server had not seen taken up; lease is the longest lease it was held
+// with.
 type holdEnder interface {
-	holdEnded(h *Hold, err error, grant bool)
+	holdEnded(h *Hold, err error, grant bool, lease time.Duration)
 }
 
 // init sets up a zero owner in place (the registry keeps owners in its
@@ -112,15 +113,15 @@ func (o *owner) view() wire.View {
 	return o.viewLocked()
 }
 
-// attemptView is what an acquire attempt sends of the live hold: its view
-// and its own lease (0: none).
-func (o *owner) attemptView() (wire.View, time.Duration) {
+// attemptView is what an acquire attempt sends of the owner: the live
+// hold's view and its own lease (0: none), and the highest token spent.
+func (o *owner) attemptView() (view wire.View, lease time.Duration, spent int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.hold == nil {
-		return wire.View{}, 0
+		return wire.View{}, 0, o.lastSpent
 	}
-	return o.viewLocked(), o.lease
+	return o.viewLocked(), o.lease, o.lastSpent
 }
 
 func (o *owner) viewLocked() wire.View {
@@ -156,7 +157,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	var replaced *Hold
 	var why error
-	grant := o.unconfirmed
+	grant, held := o.unconfirmed, o.lease
 	if o.hold != nil {
 		// The server replaced it (it had ended there: lease ran out or
 		// forced), so the client's hold was already lost.
@@ -165,7 +166,7 @@ func (o *owner) granted(r wire.AcquireReply, sent time.Time, sentView wire.View,
 	}
 	o.mu.Unlock()
 	if replaced != nil {
-		o.onEnd.holdEnded(replaced, why, grant)
+		o.onEnd.holdEnded(replaced, why, grant, held)
 	}
 	if sentView.Token != 0 && sentView.Token == r.Token {
 		return nil, errEndedReentry
@@ -405,11 +406,11 @@ func (o *owner) endLive(err error) {
 // finish ends the live hold with err, unlocks mu (which the caller
 // holds) and tells onEnd.
 func (o *owner) finish(err error) {
-	grant := o.unconfirmed
+	grant, lease := o.unconfirmed, o.lease
 	h := o.endLocked(err)
 	o.mu.Unlock()
 	if h != nil {
-		o.onEnd.holdEnded(h, err, grant)
+		o.onEnd.holdEnded(h, err, grant, lease)
 	}
 }
 

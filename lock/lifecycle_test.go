@@ -26,7 +26,7 @@ func newTestOwner() (*owner, *endings) {
 	return o, e
 }
 
-func (e *endings) holdEnded(h *Hold, err error, _ bool) {
+func (e *endings) holdEnded(h *Hold, err error, _ bool, _ time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.errs[h] = append(e.errs[h], err)

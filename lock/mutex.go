@@ -255,14 +255,20 @@ func (m *Mutex) wake() wire.Wake {
 }
 
 // holdEnded is told when a hold of this Mutex ends: the watchdog forgets
-// it and the observer hears of a loss (X7). A hand-over grant never taken
-// up that ends otherwise than by an acknowledged Unlock may still be in
-// the lock hash for twice the waiter timeout (B4), its token the same:
-// the owner is remembered that long, so that its next acquire does not
-// take that grant for a new hold (spentGrant).
-func (m *Mutex) holdEnded(h *Hold, err error, grant bool) {
-	if grant && !errors.Is(err, ErrReleased) {
-		m.c.owners.remember(m, 2*m.c.cfg.waiterTimeout)
+// it and the observer hears of a loss (X7). A hold that ends otherwise
+// than by an acknowledged Unlock may still be in the lock hash, its token
+// the same: for its lease at most, or, a hand-over grant never taken up,
+// twice the waiter timeout (B4). The owner, and the tokens it has spent,
+// are remembered that long, so that its next acquire does not take that
+// field for a new hold (spentGrant, and acquire.lua's leftover, which a
+// retry tells by the tokens spent).
+func (m *Mutex) holdEnded(h *Hold, err error, grant bool, lease time.Duration) {
+	if !errors.Is(err, ErrReleased) {
+		keep := lease
+		if grant {
+			keep = max(keep, 2*m.c.cfg.waiterTimeout)
+		}
+		m.c.owners.remember(m, keep)
 	}
 	m.c.untrack(h)
 	if obs := m.c.cfg.observer; obs != nil && errors.Is(err, ErrLockLost) {

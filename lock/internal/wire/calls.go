@@ -27,6 +27,11 @@ type Acquire struct {
 	// an error): only then may a hold the client does not know of be its
 	// own grant.
 	Retry bool
+	// Spent is the highest token of a hold the owner has taken up or given
+	// back (0: none): a field with that token or a lower one is the
+	// leftover of a hold the client has ended, never a grant of this
+	// request's earlier try, whose token would be newer.
+	Spent int64
 }
 
 // Call returns the script invocation.
@@ -36,13 +41,13 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 		mode = "once"
 	}
 	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
-		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds())
+		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds(), a.Spent)
 	// KEYS (k.Script()) then ARGV, in one slice.
-	kv := append(k.appendScript(make([]string, 0, 17)),
+	kv := append(k.appendScript(make([]string, 0, 18)),
 		a.Owner, n[0], n[1], mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
 		n[4], n[5], // View
-		n[6], flag(a.Retry),
+		n[6], flag(a.Retry), n[7],
 	)
 	return backend.Call{Script: s.acquire, Keys: kv[:5:5], Args: kv[5:]}
 }

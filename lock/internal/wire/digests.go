@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "24a62dd77938a50c40e5241eac39889a7266aae9",
+	"acquire":          "f715775e345181da90e8c68a7a463952ef6edc53",
 	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",

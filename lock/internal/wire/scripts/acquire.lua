@@ -19,6 +19,8 @@
 -- ARGV[11] that hold's own lease in ms (what it was taken with; "0": none)
 -- ARGV[12] "1" when this request may have run before (a retry after an
 --          error), else "0"
+-- ARGV[13] the highest token of a hold the owner has taken up or given
+--          back ("0": none)
 --
 -- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
 -- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
@@ -39,10 +41,12 @@
 -- field the client does not know of (a grant whose reply was lost, or a
 -- hold the client has already ended) is replaced by a new hold with a new
 -- token and count 1, never re-entered.
--- Found by a request that cannot have run before, such a field (not a
--- hand-over grant) is the leftover of a hold the client has ended - its
--- Unlock was not acknowledged, across a failover say - and while others
--- wait it is released and the owner queues behind them (B3).
+-- Such a field (not a hand-over grant) is the leftover of a hold the
+-- client has ended - its Unlock was not acknowledged, across a failover
+-- say - when the request cannot have run before, or when its token is
+-- one the owner has spent (ARGV[13]): a grant of the request's earlier
+-- try would have a newer one (tokens only grow). While others wait a
+-- leftover is released and the owner queues behind them (B3).
 --
 -- Rules: B1 atomic acquire, B2 reentrancy, B3 FIFO enqueue once, B5 stale
 -- heads purged, B6 a grant re-entered is taken up, B7 "once" mode, B9
@@ -81,7 +85,8 @@ if ARGV[9] ~= '0' and not (held and tonumber(ARGV[9]) == hold_token(KEYS[5])) th
   -- The hold this request names is gone (see above).
   return {2}
 end
-if held and held ~= '0' and ARGV[12] == '0' and first and first ~= me and ARGV[9] == '0' then
+if held and held ~= '0' and first and first ~= me and ARGV[9] == '0'
+    and (ARGV[12] == '0' or hold_token(KEYS[5]) <= tonumber(ARGV[13])) then
   -- The leftover of an ended hold, with a live waiter first in line: it
   -- goes, and this request runs as if the owner held nothing.
   redis.call('hdel', KEYS[1], me)
