@@ -297,18 +297,24 @@ func javaStillHeld(ops []*Op, h *Hold, a *Op) (Violation, bool) {
 // within the bound for that kind after the call returned; each notice's
 // latency is measured.
 //
-// The first such call on the hold's lock after its grant returned ended
+// The first such call on the hold's lock to run after its grant ended
 // it, unless it had ended already: later ones did not (they ended the
-// holds after it). A call that overlapped the grant may have ended it
+// holds after it). Any called before the first of them returned may have
+// run first, and so may one that failed. A call that overlapped the grant may have ended it
 // first, with its own bound: the later of the two deadlines holds, and no
 // latency is measured for a hold ended by one of two calls. A hold whose
 // Unlock was called before the ending call returned, or whose client or
 // server had a fault then, is left out.
 func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bounds) ([]Violation, []Latency) {
 	enders := map[string][]*Op{} // by lock, by call (ops are)
+	unsure := map[string][]*Op{} // ending calls that failed: they may have run
 	for _, e := range ops {
-		if e.Kind.ends() && e.Err == "" && e.Released {
+		switch {
+		case !e.Kind.ends():
+		case e.Err == "" && e.Released:
 			enders[e.Lock] = append(enders[e.Lock], e)
+		case e.Err != "":
+			unsure[e.Lock] = append(unsure[e.Lock], e)
 		}
 	}
 	byLock := map[string][]*Hold{}
@@ -322,7 +328,7 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 		if h.Java {
 			continue
 		}
-		v, l, ok := noticeOf(h, enders[h.Lock], byLock[h.Lock], faults, stalls, b, sole)
+		v, l, ok := noticeOf(h, enders[h.Lock], unsure[h.Lock], byLock[h.Lock], faults, stalls, b, sole)
 		switch {
 		case !ok:
 		case l != nil:
@@ -335,10 +341,11 @@ func checkNotices(ops []*Op, holds []*Hold, faults []Fault, stalls []Stall, b Bo
 }
 
 // noticeOf checks how hold h heard that a call of enders (its lock's,
-// by call) ended it: a violation, or the latency when one call alone can
-// have ended it; ok false when none of them is known to have ended it
-// while its holder was to be told.
-func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, *Latency, bool) {
+// by call) or of unsure (its lock's ending calls that failed, which may
+// have run) ended it: a violation, or the latency when one call alone can
+// have ended it; ok false when none of enders is known to have ended it
+// or a hold after it while its holder was to be told.
+func noticeOf(h *Hold, enders, unsure []*Op, others []*Hold, faults []Fault, stalls []Stall, b Bounds, sole *soleHolds) (Violation, *Latency, bool) {
 	i := sort.Search(len(enders), func(i int) bool { return enders[i].Call > h.Acquired })
 	next := time.Duration(1 << 62) // the next ending call after the grant
 	if i < len(enders) {
@@ -350,15 +357,36 @@ func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []St
 	if i == len(enders) {
 		return Violation{}, nil, false
 	}
-	e := enders[i]
 	done, why := h.Done()
-	if done > 0 && done <= e.Call {
+	if done > 0 && done <= enders[i].Call {
 		return Violation{}, nil, false // ended before
 	}
-	if u := h.Unlocking(); u > 0 && u < e.Return {
+	// The first of them to run ended it. Each ran between its call and its
+	// return, so any called before the earliest return may have run first
+	// (seed 138878139966729 of the simulation: a ForceUnlock delayed on its
+	// way by 1.2 s ran after a Redisson forceUnlock called later, which
+	// ended h; the ForceUnlock ended the hold after h).
+	// A call whose reply was lost (an error) may have run first too
+	// (seed 236241331018027: a Redisson forceUnlock whose reply was lost
+	// ended h, and a ForceUnlock later the hold after it).
+	first, earliest := candidateEnders(enders[i:])
+	for _, u := range unsure {
+		if u.Call > h.Acquired && u.Call <= earliest {
+			first = append(first, u)
+		}
+	}
+	e := enders[i]
+	returned := e.Return
+	deadline, from, alone := e.Return+noticeBound(e, h, b), e.Call, len(first) == 1
+	for _, o := range first {
+		returned = max(returned, o.Return)
+		if d := o.Return + noticeBound(o, h, b); d > deadline {
+			deadline, e = d, o
+		}
+	}
+	if u := h.Unlocking(); u > 0 && u < returned {
 		return Violation{}, nil, false
 	}
-	deadline, from, alone := e.Return+noticeBound(e, h, b), e.Call, true
 	for _, o := range enders[:i] {
 		if o.Return > h.Called { // overlapped the grant: may have ended it
 			deadline, from, alone = max(deadline, o.Return+noticeBound(o, h, b)), min(from, o.Call), false
@@ -382,6 +410,19 @@ func noticeOf(h *Hold, enders []*Op, others []*Hold, faults []Fault, stalls []St
 		return Violation{}, nil, false
 	}
 	return Violation{}, &Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: max(done-e.Return, 0)}, true
+}
+
+// candidateEnders returns, of later (ending calls by call), those that
+// may have run before all the others - each was called before any of
+// them returned - and when the first of them returned.
+func candidateEnders(later []*Op) ([]*Op, time.Duration) {
+	earliest := later[0].Return
+	n := 0
+	for n < len(later) && later[n].Call <= earliest {
+		earliest = min(earliest, later[n].Return)
+		n++
+	}
+	return later[:n:n], earliest
 }
 
 // endedInFlight checks h, a hold whose grant overlapped ending calls

@@ -187,6 +187,30 @@ func TestCheckNotices(t *testing.T) {
 	if got := checks(h)["notice"]; got != 1 {
 		t.Errorf("a ForceUnlock heard of after 3.5 s: %d notice violations, want 1", got)
 	}
+
+	// A ForceUnlock called first but delayed on its way may run after a
+	// forceUnlock called later, which then ended the hold (the
+	// simulation's seed 138878139966729).
+	h = NewHistory(1)
+	overtaken := hold("L", "a", 1, 10*msec, 1600*msec)
+	overtaken.Watches = false
+	acquire(h, overtaken, 0)
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 1300 * msec, Released: true})
+	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
+	if got := checks(h)["notice"]; got != 0 {
+		t.Errorf("a delayed ForceUnlock blamed for a hold a forceUnlock called later ended: %d notice violations", got)
+	}
+	// A forceUnlock whose reply was lost may have ended it too (seed
+	// 236241331018027): the ForceUnlock after it ended the next hold.
+	h = NewHistory(1)
+	unsure := hold("L", "a", 1, 10*msec, 2*time.Second)
+	unsure.Watches = false
+	acquire(h, unsure, 0)
+	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Err: "EOF"})
+	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
+	if got := checks(h)["notice"]; got != 0 {
+		t.Errorf("a ForceUnlock blamed for a hold a forceUnlock with its reply lost may have ended: %d notice violations", got)
+	}
 }
 
 func TestCheckErrors(t *testing.T) {
