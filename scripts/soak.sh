@@ -4,7 +4,7 @@
 # redis-server, with every history checked against the lock's promises.
 #
 #   bash scripts/soak.sh [--cluster] [--seconds N] [--seed S] [--adapters A,B] [--without K,L] [--out DIR] [--report FILE]
-#   bash scripts/soak.sh --simulate [--seconds N] [--seed S] [--out DIR]
+#   bash scripts/soak.sh --simulate [--seconds N] [--seed S] [--out DIR] [--report FILE]
 #
 # --cluster runs it on a Redis Cluster (3 primaries, a replica each; every
 # other client with replica acks) under cluster faults - a shared lock's
@@ -38,7 +38,8 @@
 # alone (on one processor: the same history for a stretch, often to its
 # end, not always - Go's select and map order and the lock's retry jitter
 # follow no seed). --out keeps each history there (history-<seed>.json.gz,
-# which TestRecheck reads).
+# which TestRecheck reads); --report rewrites FILE's generated simulation
+# section (RELIABILITY.md) from the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=120 seed=0 out="" report="" cluster="" adapters="" without="" simulate=""
@@ -87,7 +88,7 @@ simulate_run() {
   for ((k = 0; k < procs; k++)); do
     (cd internal/sim && GOMAXPROCS=1 exec "$bin" -test.run '^TestSimulate$' -test.count=1 -test.v \
       -test.timeout "$((seconds + 600))s" -sim.seconds="$seconds" -sim.seed="$((seed + k))" \
-      -sim.stride="$procs" -sim.parallel=1 "${opts[@]}") >"$dir/log.$k" 2>&1 &
+      -sim.stride="$procs" -sim.parallel=1 -sim.summary="$dir/summary.$k.json" "${opts[@]}") >"$dir/log.$k" 2>&1 &
     pids+=($!)
   done
   for k in "${!pids[@]}"; do wait "${pids[$k]}" || rc=1; done
@@ -100,12 +101,15 @@ simulate_run() {
   cat "$dir"/log.* | grep -E '^soak: [0-9]+ histories' | awk -v s="$seconds" -v p="$procs" '{h += $2; o += $4; f += $6; v += $8}
     END {printf "soak.sh: %d processes, %.0f operations/s\n", p, o / s
       printf "soak: %d histories, %d operations, %d faults, %d violations\n", h, o, f, v}'
+  if [ -n "$report" ] && ! go run ./internal/sim/simreport -report "$report" "$dir"/summary.*.json; then
+    rc=1
+  fi
   rm -rf "$dir"
   exit "$rc"
 }
 if [ -n "$simulate" ]; then
-  if [ -n "$cluster$adapters$without$report" ]; then
-    echo "soak.sh: --simulate takes only --seconds, --seed and --out" >&2; exit 2
+  if [ -n "$cluster$adapters$without" ]; then
+    echo "soak.sh: --simulate takes only --seconds, --seed, --out and --report" >&2; exit 2
   fi
   simulate_run
 fi

@@ -207,7 +207,7 @@ func (w *world) startActors(t *testing.T, ctx context.Context, actors *sync.Wait
 		closers = append(closers, w.startJava(t, ctx, actors, i, names))
 	}
 	if w.cfg.Nemesis {
-		actors.Go(func() { w.nemesis(ctx) })
+		actors.Go(func() { w.nemesis(ctx, names) })
 	}
 	return closers
 }
@@ -317,8 +317,11 @@ func (w *world) admin(ctx context.Context, lc *lock.Client, label string, names 
 	}
 }
 
-// nemesis pauses the server or fails every connection now and then.
-func (w *world) nemesis(ctx context.Context) {
+// nemesis, now and then, pauses the server, fails every connection,
+// restarts the server (every connection fails, and it is down for a
+// while) with its data or without it, or evicts every key with an expiry
+// (every lock key), as maxmemory under volatile-ttl does.
+func (w *world) nemesis(ctx context.Context, names []string) {
 	rnd := rand.New(rand.NewPCG(w.cfg.Seed, hashLabel("nemesis")))
 	for ctx.Err() == nil {
 		sleep(ctx, time.Duration(10+rnd.IntN(50))*time.Second)
@@ -326,13 +329,60 @@ func (w *world) nemesis(ctx context.Context) {
 			return
 		}
 		now := w.rec.h.Now()
-		if rnd.IntN(2) == 0 {
-			d := time.Duration(100+rnd.IntN(5000)) * time.Millisecond
+		d := time.Duration(100+rnd.IntN(5000)) * time.Millisecond
+		switch r := rnd.IntN(6); {
+		case r < 2:
 			w.nw.Pause(d)
 			w.rec.h.AddFault(soak.Fault{Kind: soak.FaultPause, Target: "server", Start: now, End: now + d})
-			continue
+		case r < 4:
+			w.nw.FailAll()
+			w.rec.h.AddFault(soak.Fault{Kind: soak.FaultReset, Target: "server", Start: now, End: now})
+		case r < 5:
+			w.restart(names, d/2, rnd.IntN(2) == 0)
+		default:
+			w.evict(names, func(pttl int64) bool { return pttl >= 0 })
+			w.rec.h.AddFault(soak.Fault{Kind: soak.FaultEvict, Target: "keys", Start: now, End: w.rec.h.Now()})
 		}
-		w.nw.FailAll()
-		w.rec.h.AddFault(soak.Fault{Kind: soak.FaultReset, Target: "server", Start: now, End: now})
 	}
+}
+
+// restart restarts the server: every connection fails, and it answers
+// nothing for down; without its data (no persistence) it comes back empty.
+func (w *world) restart(names []string, down time.Duration, keep bool) {
+	now := w.rec.h.Now()
+	w.nw.Pause(down)
+	w.nw.FailAll()
+	if !keep {
+		w.evict(names, func(int64) bool { return true })
+	}
+	w.rec.h.AddFault(soak.Fault{Kind: soak.FaultRestart, Target: "server", Start: now, End: now + down})
+}
+
+// evict deletes, in one step of the server, every key whose PTTL gone
+// accepts, and records a KindEviction for each lock, Released when its
+// hash was there before and is gone after (as the soak's nemesis does).
+func (w *world) evict(names []string, gone func(pttl int64) bool) {
+	call := w.rec.h.Now()
+	had := map[string]bool{}
+	w.engine.Inspect(func(do CommandFunc) {
+		keys, _ := do("KEYS", "*")
+		all, _ := keys.([]any)
+		for _, k := range all {
+			key, _ := k.(string)
+			if pttl, _ := do("PTTL", key); gone(toInt(pttl)) {
+				do("DEL", key)
+				had[key] = true
+			}
+		}
+	})
+	ret := w.rec.h.Now()
+	for _, name := range names {
+		w.rec.h.Add(&soak.Op{Kind: soak.KindEviction, Lock: name, Client: "server", Call: call, Return: ret, Released: had[name]})
+	}
+}
+
+// toInt is a reply's integer (0 for anything else).
+func toInt(v any) int64 {
+	n, _ := v.(int)
+	return int64(n)
 }

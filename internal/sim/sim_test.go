@@ -22,6 +22,7 @@ var (
 	shared     = flag.Bool("sim.shared", false, "TestSimulate: each client's first owner on each lock is two goroutines on one Mutex")
 	checkEvery = flag.Int("sim.check-every", 1, "TestSimulate: check the server's invariants after every n-th script that wrote")
 	virtual    = flag.Duration("sim.virtual", 10*time.Minute, "TestSimulate: each history's length in virtual time")
+	summary    = flag.String("sim.summary", "", "TestSimulate: write the run's sums here as JSON (scripts/soak.sh --simulate --report merges them)")
 )
 
 // TestSimulate simulates histories, each of -sim.virtual virtual time,
@@ -51,7 +52,8 @@ func TestSimulate(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	var next uint64
-	var sum simTotals
+	started := 0
+	sum := newSummary(seed, *stride)
 	t.Run("workers", func(t *testing.T) {
 		for w := 0; w < workers; w++ {
 			t.Run(fmt.Sprint(w), func(t *testing.T) {
@@ -60,13 +62,13 @@ func TestSimulate(t *testing.T) {
 				}
 				for {
 					mu.Lock()
-					if sum.histories > 0 && (*seconds <= 0 || time.Since(start) >= time.Duration(*seconds)*time.Second) {
+					if started > 0 && (*seconds <= 0 || time.Since(start) >= time.Duration(*seconds)*time.Second) {
 						mu.Unlock()
 						return
 					}
 					cfg := DefaultConfig(seed + next*(*stride))
 					next++
-					sum.histories++
+					started++
 					mu.Unlock()
 					cfg.Duration, cfg.Stop = length, stop
 					cfg.SharedOwner = *shared
@@ -82,7 +84,7 @@ func TestSimulate(t *testing.T) {
 					}
 					res := Run(t, cfg, dir)
 					mu.Lock()
-					sum.add(res)
+					sum.add(cfg.Seed, res)
 					mu.Unlock()
 					t.Logf("seed %d: %d operations, %d faults, %d invariant checks, switch %v, %d violations, %d broken invariants",
 						cfg.Seed, res.Ops, res.Faults, res.Checks, res.Counts, len(res.Report.Violations), len(res.Broken))
@@ -91,19 +93,15 @@ func TestSimulate(t *testing.T) {
 			})
 		}
 	})
-	wall := time.Since(start)
+	sum.Wall = time.Since(start)
 	fmt.Printf("sim: seeds %d to %d (step %d): %d operations in %s of wall time: %.0f operations/s\n",
-		seed, seed+(next-1)*(*stride), *stride, sum.ops, wall.Round(time.Millisecond), float64(sum.ops)/wall.Seconds())
-	fmt.Printf("soak: %d histories, %d operations, %d faults, %d violations\n", sum.histories, sum.ops, sum.faults, sum.violations)
-}
-
-// simTotals are TestSimulate's sums over its histories.
-type simTotals struct{ histories, ops, faults, violations int }
-
-func (s *simTotals) add(res Result) {
-	s.ops += res.Ops
-	s.faults += res.Faults
-	s.violations += len(res.Report.Violations) + len(res.Broken)
+		sum.FirstSeed, sum.LastSeed, sum.Stride, sum.Ops, sum.Wall.Round(time.Millisecond), float64(sum.Ops)/sum.Wall.Seconds())
+	fmt.Printf("soak: %d histories, %d operations, %d faults, %d violations\n", sum.Histories, sum.Ops, sum.faults(), sum.violations())
+	if *summary != "" {
+		if err := sum.write(*summary); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // flagSet reports whether the flag named was given.

@@ -44,7 +44,7 @@ func renderReport(res Result, d time.Duration, start, end string) string {
 	b.WriteString(start + "\n\n")
 	version, _ := exec.Command("redis-server", "--version").Output()
 	fmt.Fprintf(&b, "Run %s UTC, %v, seed %d, Redis %s, %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04"), d,
-		res.History.Seed, strings.TrimPrefix(strings.Fields(string(version) + " v=?")[2], "v="), commit())
+		res.History.Seed, strings.TrimPrefix(strings.Fields(string(version) + " v=?")[2], "v="), Commit())
 	var kinds []string
 	total := 0
 	for k, n := range res.Faults {
@@ -107,9 +107,9 @@ func renderReport(res Result, d time.Duration, start, end string) string {
 	return b.String()
 }
 
-// commit names the code a run tested: the commit, and whether files other
+// Commit names the code a run tested: the commit, and whether files other
 // than the reports (Markdown) differed from it.
-func commit() string {
+func Commit() string {
 	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "commit unknown"
