@@ -259,16 +259,25 @@ func javaEndedBefore(ops []*Op, a *Op, from time.Duration) bool {
 // connection), and whose holder learnt of it within that call's bound
 // (noticeBound: a client watching no keys hears of Redisson's forceUnlock
 // or a DEL by hand at its watchdog's tick). The notice check does not see
-// such a hold: the call ended it before its grant reached its owner.
+// such a hold: the call ended it before its grant reached its owner. Any
+// of the calls that removed a holder in that time may be the one (seed
+// 92732624046604 of the simulation: a ForceUnlock removed the hold before
+// the grant, and a Redisson forceUnlock 200 ms later the grant, whose
+// reply came 834 ms after that).
 func deadGrant(ops []*Op, stalls []Stall, b Bounds, a *Op, from time.Duration) bool {
 	if a.Java {
 		return false
 	}
 	done, _ := a.Hold.Done()
+	if done == 0 {
+		return false
+	}
 	for _, e := range ops {
 		if e.Kind.ends() && e.Lock == a.Lock && e.Released && e.Err == "" && e.Call > a.Call && e.Call < from {
 			bound := e.Return + noticeBound(e, a.Hold, b)
-			return done > 0 && done <= bound+lateness(stalls, e.Return-stallNear, done+stallNear)
+			if done <= bound+lateness(stalls, e.Return-stallNear, done+stallNear) {
+				return true
+			}
 		}
 	}
 	return false

@@ -95,12 +95,19 @@ func TestCheckExclusion(t *testing.T) {
 func TestCheckExclusionDeadGrant(t *testing.T) {
 	for _, c := range []struct {
 		goDone time.Duration
-		want   int
-	}{{1200 * msec, 0}, {0, 1}} {
+		// earlier: an admin ForceUnlock removed the hold before the grant
+		// first (simulation seed 92732624046604): the forceUnlock after it
+		// still removed the grant.
+		earlier bool
+		want    int
+	}{{1200 * msec, false, 0}, {0, false, 1}, {1200 * msec, true, 0}} {
 		h := NewHistory(1)
 		g := hold("L", "g", 243, 1000*msec, c.goDone)
 		g.Watches = false
 		acquire(h, g, 0)
+		if c.earlier {
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "admin", Client: "admin", Call: 100 * msec, Return: 101 * msec, Released: true})
+		}
 		h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Owner: "j1", Client: "java", Java: true, Call: 200 * msec, Return: 201 * msec, Released: true})
 		j := &Hold{Lock: "L", Owner: "j2", Client: "java", Java: true, Acquired: 990 * msec, Called: 300 * msec, Lease: 5 * time.Second}
 		h.AddHold(j)
