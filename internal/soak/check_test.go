@@ -175,48 +175,47 @@ func TestCheckNotices(t *testing.T) {
 		t.Errorf("with a partition of the holder: %d notice violations", got)
 	}
 
-	// The first ending call after the grant ended the hold; a later one
-	// ended someone else's. Here the first is Redisson's forceUnlock, which
-	// a client watching no keys hears of by its watchdog's tick.
-	h = NewHistory(1)
-	ticked := hold("L", "a", 1, 10*msec, 4*time.Second)
-	ticked.Watches = false
-	acquire(h, ticked, 0)
-	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Released: true})
-	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
-	if got := checks(h)["notice"]; got != 0 {
-		t.Errorf("a later ForceUnlock blamed for a hold Redisson's forceUnlock ended: %d notice violations", got)
-	}
-	// Without the forceUnlock, the ForceUnlock ended it and 1 s is the bound.
-	h = NewHistory(1)
-	acquire(h, hold("L", "a", 1, 10*msec, 4*time.Second), 0)
-	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
-	if got := checks(h)["notice"]; got != 1 {
-		t.Errorf("a ForceUnlock heard of after 3.5 s: %d notice violations, want 1", got)
-	}
-
-	// A ForceUnlock called first but delayed on its way may run after a
-	// forceUnlock called later, which then ended the hold (the
-	// simulation's seed 138878139966729).
-	h = NewHistory(1)
-	overtaken := hold("L", "a", 1, 10*msec, 1600*msec)
-	overtaken.Watches = false
-	acquire(h, overtaken, 0)
-	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 1300 * msec, Released: true})
-	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
-	if got := checks(h)["notice"]; got != 0 {
-		t.Errorf("a delayed ForceUnlock blamed for a hold a forceUnlock called later ended: %d notice violations", got)
-	}
-	// A forceUnlock whose reply was lost may have ended it too (seed
-	// 236241331018027): the ForceUnlock after it ended the next hold.
-	h = NewHistory(1)
-	unsure := hold("L", "a", 1, 10*msec, 2*time.Second)
-	unsure.Watches = false
-	acquire(h, unsure, 0)
-	h.Add(&Op{Kind: KindJavaForceUnlock, Lock: "L", Call: 50 * msec, Return: 60 * msec, Err: "EOF"})
-	h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 500 * msec, Return: 510 * msec, Released: true})
-	if got := checks(h)["notice"]; got != 0 {
-		t.Errorf("a ForceUnlock blamed for a hold a forceUnlock with its reply lost may have ended: %d notice violations", got)
+	// Which ending call ended the hold: the first to run after the grant.
+	for _, c := range []struct {
+		why     string
+		done    time.Duration
+		watches bool
+		enders  []*Op
+		want    int
+	}{
+		// A later one ended someone else's. Here the first is Redisson's
+		// forceUnlock, which a client watching no keys hears of by its
+		// watchdog's tick.
+		{"a later ForceUnlock blamed for a hold Redisson's forceUnlock ended", 4 * time.Second, false, []*Op{
+			{Kind: KindJavaForceUnlock, Call: 50 * msec, Return: 60 * msec, Released: true},
+			{Kind: KindForceUnlock, Call: 500 * msec, Return: 510 * msec, Released: true}}, 0},
+		// Without the forceUnlock, the ForceUnlock ended it, and its bound
+		// holds.
+		{"a ForceUnlock heard of after 3.5 s", 4 * time.Second, true, []*Op{
+			{Kind: KindForceUnlock, Call: 500 * msec, Return: 510 * msec, Released: true}}, 1},
+		// A ForceUnlock called first but delayed on its way may run after
+		// a forceUnlock called later, which then ended the hold (the
+		// simulation's seed 138878139966729).
+		{"a delayed ForceUnlock blamed for a hold a forceUnlock called later ended", 1600 * msec, false, []*Op{
+			{Kind: KindForceUnlock, Call: 100 * msec, Return: 1300 * msec, Released: true},
+			{Kind: KindJavaForceUnlock, Call: 500 * msec, Return: 510 * msec, Released: true}}, 0},
+		// A forceUnlock whose reply was lost may have ended it too (seed
+		// 236241331018027): the ForceUnlock after it ended the next hold.
+		{"a ForceUnlock blamed for a hold a forceUnlock with its reply lost may have ended", 2 * time.Second, false, []*Op{
+			{Kind: KindJavaForceUnlock, Call: 50 * msec, Return: 60 * msec, Err: "EOF"},
+			{Kind: KindForceUnlock, Call: 500 * msec, Return: 510 * msec, Released: true}}, 0},
+	} {
+		h = NewHistory(1)
+		held := hold("L", "a", 1, 10*msec, c.done)
+		held.Watches = c.watches
+		acquire(h, held, 0)
+		for _, e := range c.enders {
+			e.Lock = "L"
+			h.Add(e)
+		}
+		if got := checks(h)["notice"]; got != c.want {
+			t.Errorf("%s: %d notice violations, want %d", c.why, got, c.want)
+		}
 	}
 }
 
