@@ -360,6 +360,12 @@ func noticeOf(h *Hold, enders, unsure []*Op, others []*Hold, faults []Fault, sta
 	if i < len(enders) {
 		next = enders[i].Call
 	}
+	// One that failed may have run too (the simulation's seeds
+	// 30859714442993 and 30859714442732: an admin ForceUnlock whose reply
+	// was lost ended the hold, whose holder was told at once).
+	if j := sort.Search(len(unsure), func(j int) bool { return unsure[j].Call > h.Acquired }); j < len(unsure) {
+		next = min(next, unsure[j].Call)
+	}
 	if v, bad := endedInFlight(h, enders[:i], others, next, faults, stalls, b, sole); bad {
 		return v, nil, true
 	}

@@ -267,6 +267,10 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 		// LockWithLease on a private lock, lost 435 ms after its reply).
 		{"a lease of its own, the lock's only owner", 5 * time.Second, lost, 3 * time.Second, false, 1},
 		{"the ForceUnlock ended an older hold", 5 * time.Second, lost, 0, false, 0},
+		// Told at once of a ForceUnlock much later, whose reply was lost:
+		// it may have run, and ended the hold (the simulation's seeds
+		// 30859714442993 and 30859714442732).
+		{"a failed ForceUnlock ended it later", 5 * time.Second, "lock: lock lost: lock force-unlocked or deleted by another client", 0, false, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := NewHistory(1)
@@ -283,6 +287,9 @@ func TestCheckNoticesEndedInFlight(t *testing.T) {
 				old.Token = a.Token - 1
 				acquire(h, old, 1*msec)
 				old.End(61*msec, errors.New("lock: lock lost: lock force-unlocked or deleted by another client"))
+			}
+			if c.name == "a failed ForceUnlock ended it later" {
+				h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: c.done - msec, Return: c.done, Err: "lock: server unavailable: EOF", Unavail: true})
 			}
 			if strings.HasSuffix(c.name, "a shared lock") {
 				h.Add(&Op{Kind: KindTryOnce, Lock: "L", Owner: "b", Client: "cb", Call: 5 * msec, Return: 6 * msec, Err: "lock: not acquired", NotAcq: true})
