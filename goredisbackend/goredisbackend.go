@@ -167,6 +167,7 @@ import (
 	"github.com/fairlock/fairlock/backend"
 	"github.com/fairlock/fairlock/backend/pubsub"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Backend implements backend.Backend on a go-redis client.
@@ -260,11 +261,24 @@ func optionsOf(client redis.UniversalClient) (*redis.UniversalOptions, bool) {
 // opt is kept, and a cluster client keeps go-redis' default: there the
 // lock's next hold after a failover came 0.9-1.3 s after the cluster
 // settled instead of 0.1-0.2 s (internal/faultsuite TestClusterFailover).
+//
+// Where opt leaves MaintNotificationsConfig nil, Dial turns go-redis'
+// maintenance notifications off (maintnotifications.ModeDisabled) rather
+// than leave them in go-redis' auto mode: on a server without them (Redis
+// before 8, Valkey) auto mode's handshake fails on every new connection
+// and go-redis v9.23.0 then writes the config its Client shares with each
+// Conn it makes, under a lock of each own - a data race the race detector
+// reports (the Backend's replica-acknowledged writes use a Conn;
+// internal/faultsuite TestClusterFailover). Set MaintNotificationsConfig
+// in opt to keep them, on a server that has them.
 func Dial(opt *redis.UniversalOptions) *Backend {
 	o := *opt
 	cluster := o.MasterName == "" && (len(o.Addrs) > 1 || o.IsClusterMode)
 	if o.DialerRetries == 0 && !cluster {
 		o.DialerRetries = 1
+	}
+	if o.MaintNotificationsConfig == nil {
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
 	b := New(redis.NewUniversalClient(&o))
 	b.owned = true
