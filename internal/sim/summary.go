@@ -117,19 +117,12 @@ func WriteReport(path string, summaries []string) error {
 // renderReport renders the section from the processes' summaries.
 func renderReport(all []Summary, now time.Time) string {
 	t := newSummary(0, 0)
-	var wall time.Duration
 	var seeds []string
 	for _, s := range all {
-		t.Histories += s.Histories
-		t.Ops += s.Ops
-		t.Checks += s.Checks
-		t.Virtual += s.Virtual
-		addAll(t.Faults, s.Faults)
-		addAll(t.Decisions, s.Decisions)
-		addAll(t.Violations, s.Violations)
-		wall = max(wall, s.Wall)
+		t.merge(s)
 		seeds = append(seeds, fmt.Sprintf("%d to %d", s.FirstSeed, s.LastSeed))
 	}
+	wall := t.Wall
 	var b strings.Builder
 	b.WriteString(reportStart + "\n\n")
 	fmt.Fprintf(&b, "Run %s UTC, %v of wall time in %d processes (one processor each; seeds %s, step %d), %s.\n\n",
@@ -141,6 +134,19 @@ func renderReport(all []Summary, now time.Time) string {
 	fmt.Fprintf(&b, "The switch's decisions (on single messages; pause and fail-all are the nemesis'): %s.\n\n", byKind(t.Decisions))
 	b.WriteString(reportEnd)
 	return b.String()
+}
+
+// merge adds o's counts to s's; the processes ran side by side, so the
+// wall time is the longest of theirs. Seeds are left alone.
+func (s *Summary) merge(o Summary) {
+	s.Histories += o.Histories
+	s.Ops += o.Ops
+	s.Checks += o.Checks
+	s.Virtual += o.Virtual
+	addAll(s.Faults, o.Faults)
+	addAll(s.Decisions, o.Decisions)
+	addAll(s.Violations, o.Violations)
+	s.Wall = max(s.Wall, o.Wall)
 }
 
 func addAll(to, from map[string]int) {
