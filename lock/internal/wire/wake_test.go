@@ -21,8 +21,8 @@ func TestHandOverTellsNextHeadOnlyWhatItsHeartbeatWouldNot(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	k, _ := Derive("orders")
-	r := &costRig{t: t, srv: srv, s: NewScripts(), k: k, loaded: map[string]bool{}, w: Wake{ChannelPrefix: k.Channel, Publish: "publish"}}
+	r := newCostRig(t, srv)
+	k := r.k
 	token := r.queue(2) // owner 0 holds, 1 and 2 wait
 
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
