@@ -122,13 +122,12 @@ func renderReport(all []Summary, now time.Time) string {
 		t.merge(s)
 		seeds = append(seeds, fmt.Sprintf("%d to %d", s.FirstSeed, s.LastSeed))
 	}
-	wall := t.Wall
 	var b strings.Builder
 	b.WriteString(reportStart + "\n\n")
 	fmt.Fprintf(&b, "Run %s UTC, %v of wall time in %d processes (one processor each; seeds %s, step %d), %s.\n\n",
-		now.UTC().Format("2006-01-02 15:04"), wall.Round(time.Second), len(all), strings.Join(seeds, " and "), all[0].Stride, soak.Commit())
+		now.UTC().Format("2006-01-02 15:04"), t.Wall.Round(time.Second), len(all), strings.Join(seeds, " and "), all[0].Stride, soak.Commit())
 	b.WriteString("| histories | operations | operations/s | virtual time | faults | invariant checks | violations |\n|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %d | %d | %.0f | %s | %d | %d | %s |\n\n", t.Histories, t.Ops, float64(t.Ops)/wall.Seconds(),
+	fmt.Fprintf(&b, "| %d | %d | %.0f | %s | %d | %d | %s |\n\n", t.Histories, t.Ops, float64(t.Ops)/t.Wall.Seconds(),
 		virtualTime(t.Virtual), t.faults(), t.Checks, counted(t.violations(), t.Violations))
 	fmt.Fprintf(&b, "Faults by kind: %s.\n\n", byKind(t.Faults))
 	fmt.Fprintf(&b, "The switch's decisions (on single messages; pause and fail-all are the nemesis'): %s.\n\n", byKind(t.Decisions))
