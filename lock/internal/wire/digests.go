@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "f715775e345181da90e8c68a7a463952ef6edc53",
-	"delete":           "099a1696d055cf1123769d17388aeae195873fce",
+	"acquire":          "d9093b90b039dc3cf2784ca18c7e8856895a5fd0",
+	"delete":           "f8b3c485342e10d855ce06aaf33020f80c87065a",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "9cbc929d1ade426b8c39d4b5915c8d2f47141eab",
-	"inspect":          "318dcbc4d53b33ec4bce525cd2c066621120d521",
-	"leave":            "4eb1bb02c0cece21ff88bc3b54f9fbd5b9e5300b",
-	"prune":            "f2bdbf2e6edb42d04ef091681ed209af23f0c585",
+	"force_unlock":     "a4ade2401bc46403d9ea7ced3b25e07e70fa2f42",
+	"inspect":          "011507968df3953ec505df35f292c41314a1a3a3",
+	"leave":            "0b65a01a00c25a776148e830fc1dd9bbd039f251",
+	"prune":            "2af2b4bd6c1a0a7d78c140608768d5ea9409d72f",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "16b9e5f48b3a6742f179e39f8a12c723991be0a2",
+	"renew":            "a9607e315e9afe2eb1263473a91ba251a3eaddbd",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "47275e7057899939128cd28810aa5ec4c87fd658",
+	"unlock":           "2b797d28ef30642dff28bfc45738dcf2435d4f83",
 }

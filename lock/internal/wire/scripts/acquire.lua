@@ -179,6 +179,12 @@ local timeouts_ttl = nil
 -- latest: the latest deadline in Redisson's zset, when this run knows it
 -- (keep_queue).
 local latest = nil
+-- alive_made: this run may have made alive (true), knows it did not
+-- (false: another live waiter's entry is in it), or does not know (nil);
+-- keep_queue reads its expiry only when it does not know.
+local alive_made = nil
+-- alive_emptied: this run has deleted alive, marks and all.
+local alive_emptied = false
 if score then
   -- Queued: heartbeat (X2). First in line, the Redisson deadline is the
   -- liveness deadline; further back it moves forward by the time since the
@@ -251,23 +257,32 @@ else
   timeouts_ttl = redis.call('pttl', KEYS[3])
   if timeouts_ttl < 0 then
     redis.call('del', KEYS[4])
+    alive_made, alive_emptied = true, true
   end
   redis.call('zadd', KEYS[4], now + waiter_timeout, me)
-  local gos = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf') - 1
-  local others = redis.call('zcard', KEYS[3])
-  if others == 0 then
-    -- Emptied (or never there): the ZADD below makes it anew, with no
-    -- expiry.
-    timeouts_ttl = -1
-  end
-  local javas = math.max(others - gos, 0)
-  local deadline = now + waiter_timeout + javas * tonumber(ARGV[8])
-  local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
-  if top[2] then
-    deadline = math.max(deadline, tonumber(top[2]))
-  end
   position = redis.call('rpush', KEYS[2], me)
   is_head = position == 1
+  -- The queue and Redisson's zset hold the same owners (see keep_queue):
+  -- the others queued are the queue's length before this owner joined,
+  -- with no ZCARD. An empty queue has no Redisson waiter and no deadline
+  -- to chain on: the zset is made anew (the ZADD below), with no expiry,
+  -- and so are the queue and, if it held no live waiter, alive, which
+  -- keep_queue then gives theirs.
+  local others = position - 1
+  local deadline = now + waiter_timeout
+  if others == 0 then
+    timeouts_ttl = -1
+  else
+    local lives = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf')
+    -- Only this owner live in alive: the ZADD above may have made it.
+    alive_made = alive_made or lives == 1
+    local javas = math.max(others - (lives - 1), 0)
+    deadline = deadline + javas * tonumber(ARGV[8])
+    local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
+    if top[2] then
+      deadline = math.max(deadline, tonumber(top[2]))
+    end
+  end
   redis.call('zadd', KEYS[3], deadline, me)
   latest = deadline
 end
@@ -278,7 +293,10 @@ if score then
   -- waiter that has chained on one already and is dead is told.
   drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
 end
-local left, stale = left_in_queue(KEYS[3], KEYS[4])
+local left, stale = 0, false
+if not alive_emptied then
+  left, stale = left_in_queue(KEYS[3], KEYS[4])
+end
 if stale then
   -- Marks of entries a Redisson purge dropped: forget them (B9).
   redis.call('zremrangebyscore', KEYS[4], left_mark, left_mark)
@@ -292,7 +310,7 @@ end
 -- and Redisson's, adds and removes an owner in both), so they are emptied,
 -- made and given an expiry together: the queue's PTTL is the zset's,
 -- unless this join made the queue (position 1).
-keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1)
+keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1, alive_made)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat

@@ -59,15 +59,23 @@ end
 -- lease left (X3), and tightens its deadline; live is its liveness
 -- deadline (nil for a Redisson waiter) and ttl the lock hash's PTTL (nil:
 -- read it here). A fairlock waiter behind a held lock is told how long the
--- hold has left, "head:<ms>", and shortens its wait without a round trip;
--- anyone else - a Redisson waiter, or any waiter when the lock is free -
--- gets Redisson's unlock message "0" and runs an acquire.
+-- hold has left, "head:<ms>", and shortens its wait without a round trip -
+-- unless the hold outlives its liveness deadline: a live waiter runs its
+-- next heartbeat before that deadline, and the heartbeat tells it it is
+-- first in line and how long the hold has left, before the hold can end,
+-- so the message would change nothing (a hand-over to a waiter that has
+-- just heartbeaten makes a hold of twice its liveness left, and sends no
+-- second message). Anyone else - a Redisson waiter, or any waiter when the
+-- lock is free - gets Redisson's unlock message "0" and runs an acquire.
 local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
   local msg = '0'
   if live then
     tighten(timeouts, owner, live)
     ttl = ttl or redis.call('pttl', hash)
     if ttl > 0 then
+      if server_now() + ttl >= tonumber(live) then
+        return
+      end
       msg = string.format('head:%.0f', ttl)
     end
   end
@@ -354,13 +362,21 @@ end
 -- and made together (by Redisson: with no expiry, which timeouts' PTTL
 -- shows), and given the same expiry here: the queue's PTTL is timeouts',
 -- and only that is read. A queue the caller has just made (queue_made:
--- it has none) is given timeouts' expiry. alive, emptied and made on its
--- own, is read on its own.
+-- it has none) is given timeouts' expiry.
 --
 -- latest is the latest deadline in timeouts when the caller knows it (nil:
 -- read it here), timeouts_ttl that key's PTTL when the caller knows it as
 -- it is now (nil: read it here).
-local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl, queue_made)
+--
+-- alive lives at least as long as the queue after every run here: it is
+-- given the same expiry whenever theirs moves, and at least theirs
+-- otherwise. So it needs no read of its own unless it was made anew
+-- (emptied, deleted, evicted) since: alive_made says the caller may have
+-- made it in this run (true: it is given the queue's expiry), knows it did
+-- not - another live waiter's entry was in it, and every run that writes
+-- a live entry ends here (false: nothing is read) - or does not know (nil:
+-- its PTTL is read).
+local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl, queue_made, alive_made)
   if not latest then
     local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
     latest = top[2] and tonumber(top[2])
@@ -374,10 +390,13 @@ local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_t
   if timeouts_ttl < need then
     redis.call('pexpire', queue, need + room)
     redis.call('pexpire', timeouts, need + room)
-  elseif queue_made then
+    redis.call('pexpire', alive, need + room)
+    return
+  end
+  if queue_made then
     redis.call('pexpire', queue, timeouts_ttl)
   end
-  if redis.call('pttl', alive) < need then
-    redis.call('pexpire', alive, need + room)
+  if alive_made or (alive_made == nil and redis.call('pttl', alive) < timeouts_ttl) then
+    redis.call('pexpire', alive, timeouts_ttl)
   end
 end
