@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "d9093b90b039dc3cf2784ca18c7e8856895a5fd0",
+	"acquire":          "bc8570286f947a1442bf00a40d55cab36c888ba8",
 	"delete":           "f8b3c485342e10d855ce06aaf33020f80c87065a",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "a4ade2401bc46403d9ea7ced3b25e07e70fa2f42",

@@ -262,13 +262,15 @@ else
   redis.call('zadd', KEYS[4], now + waiter_timeout, me)
   position = redis.call('rpush', KEYS[2], me)
   is_head = position == 1
-  -- The queue and Redisson's zset hold the same owners (see keep_queue):
-  -- the others queued are the queue's length before this owner joined,
-  -- with no ZCARD. An empty queue has no Redisson waiter and no deadline
-  -- to chain on: the zset is made anew (the ZADD below), with no expiry,
-  -- and so are the queue and, if it held no live waiter, alive, which
-  -- keep_queue then gives theirs.
-  local others = position - 1
+  -- The others queued are counted in Redisson's zset, not the list:
+  -- every script keeps the two in step, but an eviction of the keys with
+  -- an expiry can take the list and leave a zset Redisson made without
+  -- one, whose waiters still take their waits off this owner's deadline
+  -- (seed 198211716742332). An empty zset has no Redisson waiter and no
+  -- deadline to chain on: the ZADD below makes it anew, with no expiry,
+  -- and keep_queue gives it, the queue and, if it held no live waiter,
+  -- alive theirs.
+  local others = redis.call('zcard', KEYS[3])
   local deadline = now + waiter_timeout
   if others == 0 then
     timeouts_ttl = -1
