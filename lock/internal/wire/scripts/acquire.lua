@@ -196,6 +196,11 @@ if score then
     deadline = math.max(deadline, tonumber(score) + since)
   end
   redis.call('zadd', KEYS[3], deadline, me)
+  -- This owner's liveness entry was in alive before this run, so a run
+  -- before made alive and gave it its expiry (keep_queue).
+  if (is_head and first_live) or (not is_head and alive) then
+    alive_made = false
+  end
 else
   -- Join the tail with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
@@ -293,7 +298,7 @@ if score then
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 end
 local left, stale = 0, false
 if not alive_emptied then
