@@ -735,6 +735,9 @@ func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans
 		until := a.Return
 		if a.Err != "" && !(a.NotAcq && !a.Unavail) {
 			until += linger // its outcome is unknown
+			if a.Java && !strings.HasPrefix(a.Err, "redisson:") {
+				until = max(until, javaGrantKept(ops, a))
+			}
 		}
 		add(a.Lock, span{a.Owner, a.Call, until})
 	}
@@ -773,6 +776,33 @@ func javaKept(ops []*Op, u *Op) time.Duration {
 		case op.Kind.ends() && op.Released && op.Err == "":
 			return min(until, op.Return)
 		case op.Owner == u.Owner:
+			until = max(until, op.Return+javaLease)
+		}
+	}
+	return until
+}
+
+// javaGrantKept returns until when a, a Java acquire whose outcome is
+// unknown, may have left its thread a hold: granted as late as a.Return,
+// for a lease, and kept by each later call of the thread while it lived -
+// an acquire re-entered it, an unlock took the count down only to where it
+// was, each renewing it for a lease - until something ended it that ran
+// after the grant could have (the simulation, seed 198211716742332: a
+// lock() whose reply was lost - "EOF" - at 435.3 s, then the thread's
+// lock/unlock pairs for 33 s, and a Go TryLock(0) between two of them, 26
+// s after the failure, was told the lock was busy, rightly: the thread's
+// own forceUnlock removed the hold at 468.6 s). As javaMayReenter, for the
+// FIFO check; ops are in call order.
+func javaGrantKept(ops []*Op, a *Op) time.Duration {
+	until := a.Return + javaLease
+	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > a.Call }):] {
+		switch {
+		case op.Call > until:
+			return until
+		case op.Lock != a.Lock:
+		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > a.Return:
+			return min(until, op.Return)
+		case op.Owner == a.Owner:
 			until = max(until, op.Return+javaLease)
 		}
 	}

@@ -576,6 +576,24 @@ func javaKeptHold(h *History, last time.Duration) {
 	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: last - msec, Return: last, Hold: again})
 }
 
+// javaGrantReentered records a Redisson thread j's lock() of L whose
+// reply was lost ("EOF") at 10 s - the server may have granted it - then
+// lock/unlock pairs of j, each starting every step until last (its
+// re-entries, if it was granted, which keep the count up), the last
+// unlock returning at last.
+func javaGrantReentered(h *History, step, last time.Duration) {
+	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 10 * time.Second, Return: 10*time.Second + msec, Err: "EOF"})
+	for at := 10*time.Second + step; at+2*msec <= last; at += step {
+		hd := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Called: at, Acquired: at + msec, Lease: javaLease}
+		h.AddHold(hd)
+		h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: at, Return: at + msec, Hold: hd, New: true})
+		end := min(at+step/2, last)
+		hd.Releasing(end - msec)
+		hd.End(end, nil)
+		h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: end - msec, Return: end, Hold: hd})
+	}
+}
+
 // TestCheckBusy: ErrNotAcquired only when another owner held the lock,
 // waited for it, or may have left a hold or an entry behind.
 func TestCheckBusy(t *testing.T) {
@@ -627,6 +645,24 @@ func TestCheckBusy(t *testing.T) {
 		{"as above, and a force unlock ended its hold before", func(h *History) {
 			javaKeptHold(h, 39*sec)
 			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
+		}, 1},
+		// Seed 198211716742332 (the simulation): a Redisson thread's
+		// lock() was granted and its reply lost; the thread's later
+		// lock/unlock pairs re-entered that hold and kept it, until
+		// 468.6 s, long past the failed call.
+		{"a Redisson thread's acquire failed 30 s before, outcome unknown, then it locked and unlocked every 2 s", func(h *History) {
+			javaGrantReentered(h, 2*sec, 39*sec)
+		}, 0},
+		{"as above, and a force unlock ended its hold before", func(h *History) {
+			javaGrantReentered(h, 2*sec, 39*sec)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
+		}, 1},
+		{"as above, but a force unlock ran while the failed acquire was on its way", func(h *History) {
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 10*sec + msec/2, Return: 10*sec + msec, Released: true})
+			javaGrantReentered(h, 2*sec, 39*sec)
+		}, 0},
+		{"as above, but the thread's calls 6 s apart: the grant's lease ran out", func(h *History) {
+			javaGrantReentered(h, 6*sec, 39*sec)
 		}, 1},
 		{"another owner's hold released 5 s before", func(h *History) {
 			hd := hold("L", "x", 1, 30*sec, 0)
