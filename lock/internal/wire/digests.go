@@ -4,7 +4,7 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "a73c90696d02781fb4c061d3bae5390729ad0309",
+	"acquire":          "efa720b820e0f3bf2a9c52509c932601d6974443",
 	"delete":           "ace5bae6fa2ef1dea9a08d11dec1ad4584460434",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
 	"force_unlock":     "c4a3f27786bcd09a4b482a3a47bbda928c4152da",

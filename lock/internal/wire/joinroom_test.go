@@ -16,8 +16,10 @@ import (
 // joins then must still count the Redisson waiter in the zset and chain
 // on its deadline: counted from the list it joined with a Redisson
 // deadline 5.9 s ahead instead of past the Redisson waiter's 300 s, and
-// Redisson's own acquisitions ran it down until Redisson's purge dropped
-// it alive (the simulation's seed 198211716742332).
+// Redisson's own acquisitions would run it down until Redisson's purge
+// dropped it alive. (Found by building this state by hand while reading
+// the simulation's seed 198211716742332, which turned out to be the
+// checker's: internal/soak's TestSavedHistoryOfSeed198211716742332.)
 func TestJoinRoomWhenRedissonZsetHasEntriesTheListLacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")

@@ -271,7 +271,7 @@ else
   -- every script keeps the two in step, but an eviction of the keys with
   -- an expiry can take the list and leave a zset Redisson made without
   -- one, whose waiters still take their waits off this owner's deadline
-  -- (seed 198211716742332). An empty zset has no Redisson waiter and no
+  -- (TestJoinRoomWhenRedissonZsetHasEntriesTheListLacks). An empty zset has no Redisson waiter and no
   -- deadline to chain on: the ZADD below makes it anew, with no expiry,
   -- and keep_queue gives it, the queue and, if it held no live waiter,
   -- alive theirs.
