@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/redisson"
 	"github.com/fairlock/fairlock/lock"
 	"github.com/fairlock/fairlock/redistest"
 	"github.com/redis/go-redis/v9"
@@ -50,17 +49,7 @@ func TestSoakRepro_JavaGrantLostReplyReentered(t *testing.T) {
 	}
 
 	// The Java client behind a proxy, to lose a reply.
-	jp := redistest.StartProxy(t, srv.Addr())
-	jb, err := Adapters[0].Dial(jp.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jb.Close()
-	jc, err := redisson.New(jb.(redisson.Backend), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jl := jc.Lock(name, 1)
+	jp, jl := javaBehindProxy(t, srv.Addr(), name)
 	count := func() string {
 		v, err := raw.HGet(ctx, name, jl.Field).Result()
 		if errors.Is(err, redis.Nil) {
