@@ -694,7 +694,7 @@ func siblingWaited(ops []*Op, stalls []Stall, op *Op) bool {
 // they ended.
 func checkBusy(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
 	linger := 3*(b.Tick-time.Second) + 6*time.Second // the client's lease, a waiter timeout, 1 s
-	others := busySpans(ops, holds, linger)
+	others := busySpans(ops, holds, faults, linger)
 	var out []Violation
 	for _, op := range ops {
 		if !op.NotAcq || op.Unavail || op.Java {
@@ -729,7 +729,7 @@ type spans struct {
 // linger longer); an acquire over its call, and linger longer when its
 // outcome is unknown; a Redisson thread's hold whose unlock failed, until
 // javaKept.
-func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans {
+func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) map[string]*spans {
 	by := map[string]*spans{}
 	add := func(lock string, sp span) {
 		if by[lock] == nil {
@@ -754,7 +754,13 @@ func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans
 			continue
 		}
 		until := a.Return
-		if a.Err != "" && !(a.NotAcq && !a.Unavail) {
+		// A call that queued and was told "busy" leaves the queue after
+		// it returns; a fault on its client then may hold the leave back
+		// (and the grant a release made to its entry meanwhile), so its
+		// entry lingers as an unknown outcome's would (the simulation,
+		// seed 130348831920842).
+		queuedThenFault := a.NotAcq && a.Queued > 0 && faultDuring(faults, a.Client, a.Return, a.Return+time.Second, 0)
+		if a.Err != "" && (!(a.NotAcq && !a.Unavail) || queuedThenFault) {
 			until += linger // its outcome is unknown
 			if a.Java && !strings.HasPrefix(a.Err, "redisson:") {
 				until = max(until, javaGrantKept(ops, a))
