@@ -628,6 +628,17 @@ func TestCheckBusy(t *testing.T) {
 			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "c", Call: 38 * sec, Return: 39 * sec, Err: "context deadline exceeded", Canceled: true})
 		}, 1},
 		{"another lock busy", func(h *History) { acquire(h, hold("M", "x", 1, 39*sec, 41*sec), 39*sec-msec) }, 1},
+		// Seed 130348831920842 (the simulation): a waiter told "not
+		// acquired" under a latency fault on its client; its leave was
+		// held back, its entry stayed first in line, and the TryLock(0)
+		// granted it the lock and was refused, rightly.
+		{"another owner queued, told busy, its client in a fault", func(h *History) {
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "x", Client: "cx", Call: 39 * sec, Queued: 39 * sec, Return: 40*sec - 20*msec, Err: "lock: not acquired", NotAcq: true})
+			h.AddFault(Fault{Kind: FaultLatency, Target: "cx", Start: 39*sec + 500*msec, End: 41 * sec})
+		}, 1}, // its own "busy", with nobody else there, is still one
+		{"another owner queued, told busy, no fault", func(h *History) {
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "x", Client: "cx", Call: 39 * sec, Queued: 39 * sec, Return: 40*sec - 20*msec, Err: "lock: not acquired", NotAcq: true})
+		}, 2},
 		// Seed 135604667200282 (Valkey): the hold stays on the server
 		// for its lease when its Unlock was not acknowledged.
 		{"another owner's hold lost 5 s before, its Unlock unacknowledged", func(h *History) {
