@@ -168,6 +168,9 @@ func (w *waiter) leaveLeftover(ctx context.Context) error {
 	if !w.call.Once {
 		// A call that never queues has no entry, nor grant, to lose.
 		if err := w.o.awaitLeaves(ctx); err != nil {
+			// Its caller may return while the undo after it waits for
+			// the server (runBounded), and must say the same.
+			w.failing.Store(&err)
 			return err
 		}
 	}

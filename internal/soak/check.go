@@ -407,7 +407,7 @@ func noticeOf(h *Hold, enders, unsure []*Op, others []*Hold, faults []Fault, sta
 			deadline, from, alone = max(deadline, o.Return+noticeBound(o, h, b)), min(from, o.Call), false
 		}
 	}
-	if faultDuring(faults, h.Client, from, deadline, 0) {
+	if faultDuring(faults, h.Client, from, deadline, 0) || restartedBefore(faults, from) {
 		return Violation{}, nil, false
 	}
 	if done > deadline && done <= deadline+lateness(stalls, e.Return-stallNear, done+stallNear) {
@@ -425,6 +425,27 @@ func noticeOf(h *Hold, enders, unsure []*Op, others []*Hold, faults []Fault, sta
 		return Violation{}, nil, false
 	}
 	return Violation{}, &Latency{Kind: e.Kind, Client: h.Client, Watches: h.Watches, D: max(done-e.Return, 0)}, true
+}
+
+// resubscribe is how long after a server restart a client's
+// subscription may still be away: the subscriber redials with back-off,
+// doubling to 2 s (backend/pubsub's maxRedial) with up to half again of
+// jitter, so its next try can come that long after the server is back. A
+// loss notice published meanwhile reaches nobody; the client learns of
+// the loss when it has subscribed again and checks its holds.
+const resubscribe = 3 * time.Second
+
+// restartedBefore reports whether the server came back from a restart
+// within resubscribe before from (the soak, seed 152332695039817: a
+// ForceUnlock 70 ms after a 1.2-s restart ended, its holder told 353 ms
+// after it returned, when its client had subscribed again).
+func restartedBefore(faults []Fault, from time.Duration) bool {
+	for _, f := range faults {
+		if f.Kind == FaultRestart && f.End <= from && from-f.End <= resubscribe {
+			return true
+		}
+	}
+	return false
 }
 
 // candidateEnders returns, of later (ending calls by call), those that
@@ -673,7 +694,7 @@ func siblingWaited(ops []*Op, stalls []Stall, op *Op) bool {
 // they ended.
 func checkBusy(ops []*Op, holds []*Hold, faults []Fault, b Bounds) []Violation {
 	linger := 3*(b.Tick-time.Second) + 6*time.Second // the client's lease, a waiter timeout, 1 s
-	others := busySpans(ops, holds, linger)
+	others := busySpans(ops, holds, faults, linger)
 	var out []Violation
 	for _, op := range ops {
 		if !op.NotAcq || op.Unavail || op.Java {
@@ -708,7 +729,7 @@ type spans struct {
 // linger longer); an acquire over its call, and linger longer when its
 // outcome is unknown; a Redisson thread's hold whose unlock failed, until
 // javaKept.
-func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans {
+func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) map[string]*spans {
 	by := map[string]*spans{}
 	add := func(lock string, sp span) {
 		if by[lock] == nil {
@@ -733,8 +754,17 @@ func busySpans(ops []*Op, holds []*Hold, linger time.Duration) map[string]*spans
 			continue
 		}
 		until := a.Return
-		if a.Err != "" && !(a.NotAcq && !a.Unavail) {
+		// A call that queued and was told "busy" leaves the queue after
+		// it returns; a fault on its client then may hold the leave back
+		// (and the grant a release made to its entry meanwhile), so its
+		// entry lingers as an unknown outcome's would (the simulation,
+		// seed 130348831920842).
+		queuedThenFault := a.NotAcq && a.Queued > 0 && faultDuring(faults, a.Client, a.Return, a.Return+time.Second, 0)
+		if a.Err != "" && (!(a.NotAcq && !a.Unavail) || queuedThenFault) {
 			until += linger // its outcome is unknown
+			if a.Java && !strings.HasPrefix(a.Err, "redisson:") {
+				until = max(until, javaGrantKept(ops, a))
+			}
 		}
 		add(a.Lock, span{a.Owner, a.Call, until})
 	}
@@ -773,6 +803,33 @@ func javaKept(ops []*Op, u *Op) time.Duration {
 		case op.Kind.ends() && op.Released && op.Err == "":
 			return min(until, op.Return)
 		case op.Owner == u.Owner:
+			until = max(until, op.Return+javaLease)
+		}
+	}
+	return until
+}
+
+// javaGrantKept returns until when a, a Java acquire whose outcome is
+// unknown, may have left its thread a hold: granted as late as a.Return,
+// for a lease, and kept by each later call of the thread while it lived -
+// an acquire re-entered it, an unlock took the count down only to where it
+// was, each renewing it for a lease - until something ended it that ran
+// after the grant could have (the simulation, seed 198211716742332: a
+// lock() whose reply was lost - "EOF" - at 435.3 s, then the thread's
+// lock/unlock pairs for 33 s, and a Go TryLock(0) between two of them, 26
+// s after the failure, was told the lock was busy, rightly: the thread's
+// own forceUnlock removed the hold at 468.6 s). As javaMayReenter, for the
+// FIFO check; ops are in call order.
+func javaGrantKept(ops []*Op, a *Op) time.Duration {
+	until := a.Return + javaLease
+	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > a.Call }):] {
+		switch {
+		case op.Call > until:
+			return until
+		case op.Lock != a.Lock:
+		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > a.Return:
+			return min(until, op.Return)
+		case op.Owner == a.Owner:
 			until = max(until, op.Return+javaLease)
 		}
 	}

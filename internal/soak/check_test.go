@@ -576,6 +576,24 @@ func javaKeptHold(h *History, last time.Duration) {
 	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: last - msec, Return: last, Hold: again})
 }
 
+// javaGrantReentered records a Redisson thread j's lock() of L whose
+// reply was lost ("EOF") at 10 s - the server may have granted it - then
+// lock/unlock pairs of j, each starting every step until last (its
+// re-entries, if it was granted, which keep the count up), the last
+// unlock returning at last.
+func javaGrantReentered(h *History, step, last time.Duration) {
+	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 10 * time.Second, Return: 10*time.Second + msec, Err: "EOF"})
+	for at := 10*time.Second + step; at+2*msec <= last; at += step {
+		hd := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Called: at, Acquired: at + msec, Lease: javaLease}
+		h.AddHold(hd)
+		h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: at, Return: at + msec, Hold: hd, New: true})
+		end := min(at+step/2, last)
+		hd.Releasing(end - msec)
+		hd.End(end, nil)
+		h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: end - msec, Return: end, Hold: hd})
+	}
+}
+
 // TestCheckBusy: ErrNotAcquired only when another owner held the lock,
 // waited for it, or may have left a hold or an entry behind.
 func TestCheckBusy(t *testing.T) {
@@ -610,6 +628,17 @@ func TestCheckBusy(t *testing.T) {
 			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "c", Call: 38 * sec, Return: 39 * sec, Err: "context deadline exceeded", Canceled: true})
 		}, 1},
 		{"another lock busy", func(h *History) { acquire(h, hold("M", "x", 1, 39*sec, 41*sec), 39*sec-msec) }, 1},
+		// Seed 130348831920842 (the simulation): a waiter told "not
+		// acquired" under a latency fault on its client; its leave was
+		// held back, its entry stayed first in line, and the TryLock(0)
+		// granted it the lock and was refused, rightly.
+		{"another owner queued, told busy, its client in a fault", func(h *History) {
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "x", Client: "cx", Call: 39 * sec, Queued: 39 * sec, Return: 40*sec - 20*msec, Err: "lock: not acquired", NotAcq: true})
+			h.AddFault(Fault{Kind: FaultLatency, Target: "cx", Start: 39*sec + 500*msec, End: 41 * sec})
+		}, 1}, // its own "busy", with nobody else there, is still one
+		{"another owner queued, told busy, no fault", func(h *History) {
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "x", Client: "cx", Call: 39 * sec, Queued: 39 * sec, Return: 40*sec - 20*msec, Err: "lock: not acquired", NotAcq: true})
+		}, 2},
 		// Seed 135604667200282 (Valkey): the hold stays on the server
 		// for its lease when its Unlock was not acknowledged.
 		{"another owner's hold lost 5 s before, its Unlock unacknowledged", func(h *History) {
@@ -627,6 +656,24 @@ func TestCheckBusy(t *testing.T) {
 		{"as above, and a force unlock ended its hold before", func(h *History) {
 			javaKeptHold(h, 39*sec)
 			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
+		}, 1},
+		// Seed 198211716742332 (the simulation): a Redisson thread's
+		// lock() was granted and its reply lost; the thread's later
+		// lock/unlock pairs re-entered that hold and kept it, until
+		// 468.6 s, long past the failed call.
+		{"a Redisson thread's acquire failed 30 s before, outcome unknown, then it locked and unlocked every 2 s", func(h *History) {
+			javaGrantReentered(h, 2*sec, 39*sec)
+		}, 0},
+		{"as above, and a force unlock ended its hold before", func(h *History) {
+			javaGrantReentered(h, 2*sec, 39*sec)
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
+		}, 1},
+		{"as above, but a force unlock ran while the failed acquire was on its way", func(h *History) {
+			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 10*sec + msec/2, Return: 10*sec + msec, Released: true})
+			javaGrantReentered(h, 2*sec, 39*sec)
+		}, 0},
+		{"as above, but the thread's calls 6 s apart: the grant's lease ran out", func(h *History) {
+			javaGrantReentered(h, 6*sec, 39*sec)
 		}, 1},
 		{"another owner's hold released 5 s before", func(h *History) {
 			hd := hold("L", "x", 1, 30*sec, 0)
@@ -770,4 +817,49 @@ func TestCheckLinearizableBusyLockWithoutQuietMoment(t *testing.T) {
 		t.Errorf("a legal busy history: %d linearizability violations", got)
 	}
 	t.Logf("%d operations in one segment checked in %v", len(lops), time.Since(start))
+}
+
+// TestSavedHistoryOfSeed198211716742332 checks again the simulation's
+// history that once failed the busy check (CI, 41cc917): a Go TryLock(0)
+// refused at 461.9 s on sim:s0, rightly, while a Redisson thread re-entered
+// a hold whose grant's reply had been lost at 435.3 s (javaGrantKept). The
+// whole history must pass.
+func TestSavedHistoryOfSeed198211716742332(t *testing.T) {
+	h, b, err := LoadHistory("testdata/history-198211716742332.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(h, b)
+	for _, v := range r.Violations {
+		t.Errorf("violation: %v", v)
+	}
+	if n := len(h.Ops()); n < 5000 {
+		t.Fatalf("the history has %d operations, want the whole run's 5,825", n)
+	}
+}
+
+// TestCheckNoticesAfterARestart: a loss notice published just after the
+// server came back from a restart reaches a client whose subscription is
+// still redialling; the holder hears at its next subscription, up to
+// resubscribe later (the soak, seed 152332695039817: 353 ms after a
+// ForceUnlock 70 ms after the restart's end). A restart further back
+// excuses nothing.
+func TestCheckNoticesAfterARestart(t *testing.T) {
+	for _, c := range []struct {
+		why          string
+		restartEnded time.Duration
+		want         int
+	}{
+		{"restart ended 70 ms before the ForceUnlock", 30 * msec, 0},
+		{"restart ended 4 s before the ForceUnlock", -3900 * msec, 1},
+	} {
+		h := NewHistory(1)
+		late := hold("L", "a", 1, 10*msec, 460*msec)
+		acquire(h, late, 0)
+		h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Call: 100 * msec, Return: 110 * msec, Released: true})
+		h.AddFault(Fault{Kind: FaultRestart, Target: "server", Start: c.restartEnded - time.Second, End: c.restartEnded})
+		if got := checks(h)["notice"]; got != c.want {
+			t.Errorf("%s: %d notice violations, want %d", c.why, got, c.want)
+		}
+	}
 }

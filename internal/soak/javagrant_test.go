@@ -162,17 +162,7 @@ func TestSoakRepro_ForceUnlockedJavaGrantReplyLate(t *testing.T) {
 	}
 	ma, mb, mc, madmin := mutex(ca), mutex(cb), mutex(cc), mutex(cadmin)
 
-	jp := redistest.StartProxy(t, srv.Addr())
-	jb, err := Adapters[0].Dial(jp.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jb.Close()
-	jc, err := redisson.New(jb.(redisson.Backend), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jl := jc.Lock(name, 1)
+	jp, jl := javaBehindProxy(t, srv.Addr(), name)
 
 	labels := map[string]string{ma.Owner(): "A", mb.Owner(): "B", mc.Owner(): "C", jl.Field: "Java"}
 	mon := watchHash(raw, name, func(f string) string {
@@ -288,6 +278,7 @@ func TestSoakRepro_ForceUnlockedJavaGrantReplyLate(t *testing.T) {
 	// head, B.
 	fop := &Op{Kind: KindForceUnlock, Lock: name, Owner: madmin.Owner(), Client: "go-redis#admin", Limit: 2 * time.Second}
 	fop.Call = h.Now()
+	var err error
 	fop.Released, err = madmin.ForceUnlock(ctx)
 	fop.Return = h.Now()
 	if err != nil || !fop.Released {
@@ -448,4 +439,22 @@ func TestSoakRepro_CheckerStillFlagsJavaOverlapWithoutAnEnd(t *testing.T) {
 	if got := checks(h)["exclusion"]; got != 1 {
 		t.Errorf("a Java acquire overlapping a live Go hold with nothing ending it: %d exclusion violations, want 1", got)
 	}
+}
+
+// javaBehindProxy returns a Redisson-model lock on name for thread 1, its
+// client connected to addr through a loopback proxy that can delay or cut
+// its traffic; both close with t.
+func javaBehindProxy(t *testing.T, addr, name string) (*redistest.Proxy, *redisson.Lock) {
+	t.Helper()
+	jp := redistest.StartProxy(t, addr)
+	jb, err := Adapters[0].Dial(jp.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = jb.Close() })
+	jc, err := redisson.New(jb.(redisson.Backend), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jp, jc.Lock(name, 1)
 }

@@ -251,12 +251,12 @@ func costPaths() []costPath {
 			token := r.queue(0)
 			return r.measure(func() any { return r.acquire(0, View{Token: token, Count: 1}) })
 		}, "[1 "},
-		{"enqueue behind holder, 0 waiters", 13, enqueue(0), "[0 "},
-		{"enqueue behind holder, 1 waiter", 13, enqueue(1), "[0 "},
-		{"enqueue behind holder, 14 waiters", 13, enqueue(14), "[0 "},
-		{"heartbeat, head of 15", 15, heartbeat(1), "[0 "},
-		{"heartbeat, 8th of 15", 14, heartbeat(8), "[0 "},
-		{"heartbeat, tail of 15", 14, heartbeat(15), "[0 "},
+		{"enqueue behind holder, 0 waiters", 14, enqueue(0), "[0 "},
+		{"enqueue behind holder, 1 waiter", 14, enqueue(1), "[0 "},
+		{"enqueue behind holder, 14 waiters", 14, enqueue(14), "[0 "},
+		{"heartbeat, head of 15", 14, heartbeat(1), "[0 "},
+		{"heartbeat, 8th of 15", 13, heartbeat(8), "[0 "},
+		{"heartbeat, tail of 15", 12, heartbeat(15), "[0 "},
 		{"unlock hand-over, 15 waiters", 15, func(r *costRig) (costRun, any) {
 			token := r.queue(15)
 			return r.measure(func() any { return r.unlock(0, View{Token: token, Count: 1}) })

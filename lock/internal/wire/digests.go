@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "d9093b90b039dc3cf2784ca18c7e8856895a5fd0",
-	"delete":           "f8b3c485342e10d855ce06aaf33020f80c87065a",
+	"acquire":          "efa720b820e0f3bf2a9c52509c932601d6974443",
+	"delete":           "ace5bae6fa2ef1dea9a08d11dec1ad4584460434",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "a4ade2401bc46403d9ea7ced3b25e07e70fa2f42",
-	"inspect":          "011507968df3953ec505df35f292c41314a1a3a3",
-	"leave":            "0b65a01a00c25a776148e830fc1dd9bbd039f251",
-	"prune":            "2af2b4bd6c1a0a7d78c140608768d5ea9409d72f",
+	"force_unlock":     "c4a3f27786bcd09a4b482a3a47bbda928c4152da",
+	"inspect":          "600e5056096b59b9491f60f48bff7d347309cb59",
+	"leave":            "eff862c495fcd19aa8aad11d2c22081705d7d4cc",
+	"prune":            "dfa3e6fdea01449da1366e1e765ab1c2e6d7ceeb",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "a9607e315e9afe2eb1263473a91ba251a3eaddbd",
+	"renew":            "3c63d96e6bffd5cd8dcd2ea442ad855002ce2efa",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "2b797d28ef30642dff28bfc45738dcf2435d4f83",
+	"unlock":           "cf304b847e1ef6976aa883272574e2b7ddf2e0cd",
 }

@@ -196,6 +196,11 @@ if score then
     deadline = math.max(deadline, tonumber(score) + since)
   end
   redis.call('zadd', KEYS[3], deadline, me)
+  -- This owner's liveness entry was in alive before this run, so a run
+  -- before made alive and gave it its expiry (keep_queue).
+  if (is_head and first_live) or (not is_head and alive) then
+    alive_made = false
+  end
 else
   -- Join the tail with room for the
   -- Redisson acquisitions ahead (see prelude.lua): now + the waiter timeout
@@ -262,13 +267,15 @@ else
   redis.call('zadd', KEYS[4], now + waiter_timeout, me)
   position = redis.call('rpush', KEYS[2], me)
   is_head = position == 1
-  -- The queue and Redisson's zset hold the same owners (see keep_queue):
-  -- the others queued are the queue's length before this owner joined,
-  -- with no ZCARD. An empty queue has no Redisson waiter and no deadline
-  -- to chain on: the zset is made anew (the ZADD below), with no expiry,
-  -- and so are the queue and, if it held no live waiter, alive, which
-  -- keep_queue then gives theirs.
-  local others = position - 1
+  -- The others queued are counted in Redisson's zset, not the list:
+  -- every script keeps the two in step, but an eviction of the keys with
+  -- an expiry can take the list and leave a zset Redisson made without
+  -- one, whose waiters still take their waits off this owner's deadline
+  -- (TestJoinRoomWhenRedissonZsetHasEntriesTheListLacks). An empty zset has no Redisson waiter and no
+  -- deadline to chain on: the ZADD below makes it anew, with no expiry,
+  -- and keep_queue gives it, the queue and, if it held no live waiter,
+  -- alive theirs.
+  local others = redis.call('zcard', KEYS[3])
   local deadline = now + waiter_timeout
   if others == 0 then
     timeouts_ttl = -1
@@ -291,7 +298,7 @@ if score then
   -- Dead entries at the tail go at every heartbeat (this owner, live, ends
   -- the run), before a Redisson waiter chains on them (X11); a Redisson
   -- waiter that has chained on one already and is dead is told.
-  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
+  drop_dead_tails(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 end
 local left, stale = 0, false
 if not alive_emptied then

@@ -216,13 +216,15 @@ end
 -- Redisson waiters whose deadline has passed), so that whoever queues
 -- next chains its deadline on a live waiter: a Redisson waiter chaining
 -- on a dead entry gets a negative hint and a deadline that may have
--- passed already (X11). Only that run is visited (X8). Returns the live
--- tail left (nil: the queue is empty).
-local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish)
+-- passed already (X11). Only that run is visited (X8). live_owner, if
+-- given, is an owner known to be live (the caller's own heartbeat):
+-- reached at the tail, it is not read. Returns the live tail left (nil:
+-- the queue is empty).
+local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish, live_owner)
   while true do
     local tail = redis.call('lindex', queue, -1)
-    if not tail then
-      return nil
+    if not tail or tail == live_owner then
+      return tail
     end
     local dead, live = is_dead(timeouts, alive, tail)
     if not dead then
