@@ -787,49 +787,45 @@ func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) m
 }
 
 // javaKept returns until when the Redisson thread whose unlock u failed
-// may hold u's lock: Redisson's count stayed up, so the thread's later
-// acquires re-entered its hold and its unlocks took the count down only to
-// where it was, each renewing it for a lease - until something ended it
-// (a force unlock, a delete, a DEL by hand), or a lease after the thread's
-// last call on the lock (the simulation, seed 138878139966595: a Java
-// unlock whose reply was lost - "EOF" - then 14 lock/unlock pairs of the
-// thread, and a Go TryLock(0) 12 ms after the last was told the lock was
-// busy, rightly: a Redisson forceUnlock 124 ms later removed the hold).
+// may hold u's lock: Redisson's count stayed up (threadKept, from u's
+// call; the simulation, seed 138878139966595: a Java unlock whose reply
+// was lost - "EOF" - then 14 lock/unlock pairs of the thread, and a Go
+// TryLock(0) 12 ms after the last was told the lock was busy, rightly: a
+// Redisson forceUnlock 124 ms later removed the hold).
 func javaKept(ops []*Op, u *Op) time.Duration {
-	until := u.Return + javaLease
-	for _, op := range ops {
-		switch {
-		case op.Lock != u.Lock || op.Call <= u.Call:
-		case op.Kind.ends() && op.Released && op.Err == "":
-			return min(until, op.Return)
-		case op.Owner == u.Owner:
-			until = max(until, op.Return+javaLease)
-		}
-	}
-	return until
+	return threadKept(ops, u, u.Call)
 }
 
 // javaGrantKept returns until when a, a Java acquire whose outcome is
-// unknown, may have left its thread a hold: granted as late as a.Return,
-// for a lease, and kept by each later call of the thread while it lived -
-// an acquire re-entered it, an unlock took the count down only to where it
-// was, each renewing it for a lease - until something ended it that ran
-// after the grant could have (the simulation, seed 198211716742332: a
-// lock() whose reply was lost - "EOF" - at 435.3 s, then the thread's
-// lock/unlock pairs for 33 s, and a Go TryLock(0) between two of them, 26
-// s after the failure, was told the lock was busy, rightly: the thread's
-// own forceUnlock removed the hold at 468.6 s). As javaMayReenter, for the
-// FIFO check; ops are in call order.
+// unknown, may have left its thread a hold: granted as late as a.Return
+// (threadKept, from a's return, as a grant can come no later; the
+// simulation, seed 198211716742332: a lock() whose reply was lost - "EOF"
+// - at 435.3 s, then the thread's lock/unlock pairs for 33 s, and a Go
+// TryLock(0) between two of them, 26 s after the failure, was told the
+// lock was busy, rightly: the thread's own forceUnlock removed the hold at
+// 468.6 s). As javaMayReenter, for the FIFO check.
 func javaGrantKept(ops []*Op, a *Op) time.Duration {
-	until := a.Return + javaLease
-	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > a.Call }):] {
+	return threadKept(ops, a, a.Return)
+}
+
+// threadKept returns until when x's Redisson thread may hold x's lock, a
+// hold it may have (x failed, its outcome unknown) lasting a lease from
+// x's return: each later call of the thread while the hold lives keeps it
+// - an acquire re-enters it, an unlock takes the count down only to where
+// it was, each renewing it for a lease - until a release by anyone that
+// ran after from (a force unlock, a delete, a DEL by hand), or a lease
+// after the thread's last call within it. A call after the hold's lease
+// ran out finds none to keep. ops are in call order.
+func threadKept(ops []*Op, x *Op, from time.Duration) time.Duration {
+	until := x.Return + javaLease
+	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > x.Call }):] {
 		switch {
 		case op.Call > until:
 			return until
-		case op.Lock != a.Lock:
-		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > a.Return:
+		case op.Lock != x.Lock:
+		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > from:
 			return min(until, op.Return)
-		case op.Owner == a.Owner:
+		case op.Owner == x.Owner:
 			until = max(until, op.Return+javaLease)
 		}
 	}
