@@ -968,11 +968,12 @@ func checkFIFO(ops []*Op, faults, all []Fault, lost map[string]map[int64]LostGra
 		}
 	}
 	since := make(map[*Op]time.Duration)
+	longest := longestAcquires(ops)
 	byToken := map[string][]*Op{} // Go grants by lock, by token
 	for l, g := range grants {
 		sort.Slice(g, func(i, j int) bool { return g[i].Return < g[j].Return })
 		for _, a := range g {
-			since[a] = queuedSince(ops, a)
+			since[a] = queuedSince(ops, a, longest[a.Owner])
 			if !a.Java {
 				byToken[l] = append(byToken[l], a)
 			}
@@ -1252,27 +1253,56 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // re-entry, or a hold of its own only after a returned) and was still in
 // flight when a later one of the chain began: one owner's calls at once
 // (a Mutex two goroutines share) wait in one queue entry, the owner's, and
-// one that gives up leaves it to the others (RULES.md B3).
-func queuedSince(ops []*Op, a *Op) time.Duration {
+// one that gives up leaves it to the others (RULES.md B3). A call that
+// ended cleanly before the chain began ends it only when no earlier call
+// of the owner was still in flight then (the simulation, seed 902 with
+// -sim.shared: a TryLock that gave up while an earlier Lock of its owner
+// still waited in the entry, and a third call granted from that entry).
+// longest is the longest any acquire of the owner lasted: no call made
+// longer before the chain began, or before the latest clean end, was in
+// flight after it.
+func queuedSince(ops []*Op, a *Op, longest time.Duration) time.Duration {
 	since := a.Call
+	cleared := time.Duration(-1) // the latest clean give-up before the chain: leftovers before it went
 	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
+		if cleared >= 0 && p.Call+longest < min(since, cleared) {
+			break // no call made this early was in flight when the chain began, or after the give-up
+		}
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
 		}
-		if (p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return) && p.Return >= since {
-			// A sibling call: the entry may be its - and when both were
-			// granted the one hold, which of the two returned first with
-			// it (the new hold, as recorded) says nothing of who queued.
+		sibling := p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return
+		switch {
+		case sibling && p.Return >= since:
+			// In flight when the chain began: the entry may be its - and
+			// when both were granted the one hold, which of the two
+			// returned first with it (the new hold, as recorded) says
+			// nothing of who queued.
 			since = p.Call
-			continue
+		case p.Err == "":
+			return since // held before the chain began: the grant took the owner's entry
+		case p.NotAcq:
+			// Gave up cleanly before the chain began: its entry went, and
+			// with it any an earlier call left behind, unless an earlier
+			// call still waited in it.
+			cleared = max(cleared, p.Return)
+		case p.Return > cleared:
+			since = p.Call // its outcome unknown: it may have left its entry queued
 		}
-		if p.Err == "" || p.NotAcq {
-			break // held, or gave up cleanly
-		}
-		since = p.Call
 	}
 	return since
+}
+
+// longestAcquires returns, by owner, how long its longest acquire lasted.
+func longestAcquires(ops []*Op) map[string]time.Duration {
+	longest := map[string]time.Duration{}
+	for _, op := range ops {
+		if op.Kind.acquire() {
+			longest[op.Owner] = max(longest[op.Owner], op.Return-op.Call)
+		}
+	}
+	return longest
 }
 
 // checkFree: a lock does not stay free while a live Go waiter waits for
