@@ -1253,21 +1253,26 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // re-entry, or a hold of its own only after a returned) and was still in
 // flight when a later one of the chain began: one owner's calls at once
 // (a Mutex two goroutines share) wait in one queue entry, the owner's, and
-// one that gives up leaves it to the others (RULES.md B3). A call that
-// ended cleanly before the chain began ends it only when no earlier call
-// of the owner was still in flight then (the simulation, seed 902 with
-// -sim.shared: a TryLock that gave up while an earlier Lock of its owner
-// still waited in the entry, and a third call granted from that entry).
+// one that gives up leaves it to the others (RULES.md B3). A clean
+// outcome before the chain began ends it only where no earlier call of
+// the owner was still in flight (the simulation with -sim.shared, seed
+// 902: a TryLock that gave up while an earlier Lock of its owner still
+// waited in the entry, and a third call granted from that entry); and a
+// hold of the owner's own before the chain took its entry then, so the
+// chain's entry was made after that grant, whatever its calls' own start
+// (seed 666: a Lock made before its sibling's grant, kept back by the
+// owner's gate, queued anew after that hold's release).
 // longest is the longest any acquire of the owner lasted: no call made
-// longer before the chain began, or before the latest clean end, was in
-// flight after it.
+// longer before the chain began, or before the latest clean outcome, was
+// in flight after it.
 func queuedSince(ops []*Op, a *Op, longest time.Duration) time.Duration {
 	since := a.Call
-	cleared := time.Duration(-1) // the latest clean give-up before the chain: leftovers before it went
+	cleared := time.Duration(-1) // the latest clean outcome before the chain: leftovers before it went
+	floor := time.Duration(-1)   // the latest grant of another hold of the owner's before the chain
 	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
 		if cleared >= 0 && p.Call+longest < min(since, cleared) {
-			break // no call made this early was in flight when the chain began, or after the give-up
+			break // no call made this early was in flight when the chain began, or after the clean outcome
 		}
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
@@ -1281,17 +1286,19 @@ func queuedSince(ops []*Op, a *Op, longest time.Duration) time.Duration {
 			// nothing of who queued.
 			since = p.Call
 		case p.Err == "":
-			return since // held before the chain began: the grant took the owner's entry
-		case p.NotAcq:
-			// Gave up cleanly before the chain began: its entry went, and
-			// with it any an earlier call left behind, unless an earlier
-			// call still waited in it.
+			// Held before the chain began: the grant took the owner's
+			// entry, and any an earlier call left behind.
+			cleared, floor = max(cleared, p.Return), max(floor, p.Return)
+		case p.NotAcq || p.Java && strings.HasPrefix(p.Err, "redisson:"):
+			// Gave up cleanly (or Redisson's script refused) before the
+			// chain began: its entry went, and with it any an earlier
+			// call left behind, unless an earlier call still waited in it.
 			cleared = max(cleared, p.Return)
 		case p.Return > cleared:
 			since = p.Call // its outcome unknown: it may have left its entry queued
 		}
 	}
-	return since
+	return max(since, floor)
 }
 
 // longestAcquires returns, by owner, how long its longest acquire lasted.

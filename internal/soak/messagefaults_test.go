@@ -449,3 +449,40 @@ func TestCheckFIFOSharedOwnerChainPastAGiveUp(t *testing.T) {
 		t.Errorf("%d FIFO violations, want 0: the owner's first Lock queued before w", got)
 	}
 }
+
+// TestCheckFIFOSharedOwnerQueuedAfterItsOwnHold: a shared owner's Lock
+// made before its sibling was granted a hold, kept back meanwhile (the
+// owner's gate), queues anew after that hold's release; a third call of
+// the owner granted from that entry overtakes no waiter that queued after
+// it, however early the Lock was made (the simulation with -sim.shared,
+// seed 666) - and does overtake one that queued before the owner's hold.
+func TestCheckFIFOSharedOwnerQueuedAfterItsOwnHold(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		queued time.Duration // when w queued
+		want   int
+	}{
+		{"w queued after the owner's entry", 120 * msec, 0},
+		{"w queued before the owner's hold", 20 * msec, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			first := hold("L", "s", 4, 50*msec, 100*msec)
+			first.Client = "cs"
+			acquire(h, first, 10*msec)
+			releaseHold(h, first, 95*msec, 100*msec)
+			second := hold("L", "s", 5, 250*msec, 400*msec)
+			second.Client, second.Called = "cs", 150*msec
+			h.AddHold(second)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 5 * msec, Queued: 101 * msec, Return: 251 * msec, Limit: time.Second, Hold: second})
+			h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 150 * msec, Return: 250 * msec, Limit: time.Second, Hold: second, New: true})
+			w := hold("L", "w", 6, 500*msec, 600*msec)
+			w.Called = c.queued - msec
+			h.AddHold(w)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: c.queued - msec, Queued: c.queued, Return: 500 * msec, Limit: time.Second, Hold: w, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
