@@ -155,19 +155,29 @@ func (o *owner) unlock(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	o.mu.Lock()
-	hold, count := o.hold, o.count
+	hold := o.hold
 	o.mu.Unlock()
 	if hold == nil {
 		return // the other actor of this owner released it meanwhile
 	}
 	op := &soak.Op{Kind: soak.KindUnlock, Lock: o.m.Name(), Owner: o.m.Owner(), Client: o.client, Hold: hold, Limit: 3 * time.Second}
+	// The count this Unlock left, as the client tells its observer: with
+	// two actors on one Mutex, the count when the call starts may be
+	// about to change (the other's re-entry in flight, which the client
+	// runs first), so only the client knows which Unlock was the last
+	// (the simulation, seed 902 with -sim.shared: an Unlock called while
+	// the other actor's re-entry was on its way was taken for the last,
+	// and the real last one made two).
+	left := new(atomic.Int64)
+	left.Store(-1)
+	cctx = context.WithValue(cctx, releaseKey{}, left)
 	op.Call = o.rec.h.Now()
-	if count == 1 {
-		hold.Releasing(op.Call)
-	}
 	err := o.m.Unlock(cctx)
 	op.Return = o.rec.h.Now()
-	op.Final = count == 1 && err == nil
+	op.Final = err == nil && left.Load() == 0
+	if op.Final {
+		hold.Releasing(op.Call)
+	}
 	op.Classify(err, ctx)
 	o.rec.h.Add(op)
 	o.mu.Lock()
@@ -176,7 +186,7 @@ func (o *owner) unlock(ctx context.Context) {
 		return
 	}
 	o.count--
-	if o.count <= 0 || err != nil {
+	if op.Final || err != nil {
 		o.lh, o.hold, o.count = nil, nil, 0
 	}
 }
@@ -226,8 +236,23 @@ func (r observer) StartAcquire(ctx context.Context, c observe.Call) (context.Con
 	return ctx, &tracker{cell: cell, h: r.h}
 }
 
+// StartRelease tells an Unlock the count it left (releaseKey).
 func (r observer) StartRelease(ctx context.Context, c observe.Call) (context.Context, observe.ReleaseTracker) {
+	if cell, _ := ctx.Value(releaseKey{}).(*atomic.Int64); cell != nil {
+		return ctx, releaseTracker{cell}
+	}
 	return ctx, nil
+}
+
+type releaseKey struct{}
+
+// releaseTracker keeps the hold count an Unlock left (-1: none told).
+type releaseTracker struct{ left *atomic.Int64 }
+
+func (t releaseTracker) End(res observe.ReleaseResult) {
+	if res.Err == nil {
+		t.left.Store(int64(res.HoldCount))
+	}
 }
 
 func (r observer) HoldLost(observe.Call, int64, time.Duration, error) {}

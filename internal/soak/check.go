@@ -787,49 +787,45 @@ func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) m
 }
 
 // javaKept returns until when the Redisson thread whose unlock u failed
-// may hold u's lock: Redisson's count stayed up, so the thread's later
-// acquires re-entered its hold and its unlocks took the count down only to
-// where it was, each renewing it for a lease - until something ended it
-// (a force unlock, a delete, a DEL by hand), or a lease after the thread's
-// last call on the lock (the simulation, seed 138878139966595: a Java
-// unlock whose reply was lost - "EOF" - then 14 lock/unlock pairs of the
-// thread, and a Go TryLock(0) 12 ms after the last was told the lock was
-// busy, rightly: a Redisson forceUnlock 124 ms later removed the hold).
+// may hold u's lock: Redisson's count stayed up (threadKept, from u's
+// call; the simulation, seed 138878139966595: a Java unlock whose reply
+// was lost - "EOF" - then 14 lock/unlock pairs of the thread, and a Go
+// TryLock(0) 12 ms after the last was told the lock was busy, rightly: a
+// Redisson forceUnlock 124 ms later removed the hold).
 func javaKept(ops []*Op, u *Op) time.Duration {
-	until := u.Return + javaLease
-	for _, op := range ops {
-		switch {
-		case op.Lock != u.Lock || op.Call <= u.Call:
-		case op.Kind.ends() && op.Released && op.Err == "":
-			return min(until, op.Return)
-		case op.Owner == u.Owner:
-			until = max(until, op.Return+javaLease)
-		}
-	}
-	return until
+	return threadKept(ops, u, u.Call)
 }
 
 // javaGrantKept returns until when a, a Java acquire whose outcome is
-// unknown, may have left its thread a hold: granted as late as a.Return,
-// for a lease, and kept by each later call of the thread while it lived -
-// an acquire re-entered it, an unlock took the count down only to where it
-// was, each renewing it for a lease - until something ended it that ran
-// after the grant could have (the simulation, seed 198211716742332: a
-// lock() whose reply was lost - "EOF" - at 435.3 s, then the thread's
-// lock/unlock pairs for 33 s, and a Go TryLock(0) between two of them, 26
-// s after the failure, was told the lock was busy, rightly: the thread's
-// own forceUnlock removed the hold at 468.6 s). As javaMayReenter, for the
-// FIFO check; ops are in call order.
+// unknown, may have left its thread a hold: granted as late as a.Return
+// (threadKept, from a's return, as a grant can come no later; the
+// simulation, seed 198211716742332: a lock() whose reply was lost - "EOF"
+// - at 435.3 s, then the thread's lock/unlock pairs for 33 s, and a Go
+// TryLock(0) between two of them, 26 s after the failure, was told the
+// lock was busy, rightly: the thread's own forceUnlock removed the hold at
+// 468.6 s). As javaMayReenter, for the FIFO check.
 func javaGrantKept(ops []*Op, a *Op) time.Duration {
-	until := a.Return + javaLease
-	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > a.Call }):] {
+	return threadKept(ops, a, a.Return)
+}
+
+// threadKept returns until when x's Redisson thread may hold x's lock, a
+// hold it may have (x failed, its outcome unknown) lasting a lease from
+// x's return: each later call of the thread while the hold lives keeps it
+// - an acquire re-enters it, an unlock takes the count down only to where
+// it was, each renewing it for a lease - until a release by anyone that
+// ran after from (a force unlock, a delete, a DEL by hand), or a lease
+// after the thread's last call within it. A call after the hold's lease
+// ran out finds none to keep. ops are in call order.
+func threadKept(ops []*Op, x *Op, from time.Duration) time.Duration {
+	until := x.Return + javaLease
+	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > x.Call }):] {
 		switch {
 		case op.Call > until:
 			return until
-		case op.Lock != a.Lock:
-		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > a.Return:
+		case op.Lock != x.Lock:
+		case op.Kind.ends() && op.Released && op.Err == "" && op.Call > from:
 			return min(until, op.Return)
-		case op.Owner == a.Owner:
+		case op.Owner == x.Owner:
 			until = max(until, op.Return+javaLease)
 		}
 	}
@@ -972,11 +968,12 @@ func checkFIFO(ops []*Op, faults, all []Fault, lost map[string]map[int64]LostGra
 		}
 	}
 	since := make(map[*Op]time.Duration)
+	longest := longestAcquires(ops)
 	byToken := map[string][]*Op{} // Go grants by lock, by token
 	for l, g := range grants {
 		sort.Slice(g, func(i, j int) bool { return g[i].Return < g[j].Return })
 		for _, a := range g {
-			since[a] = queuedSince(ops, a)
+			since[a] = queuedSince(ops, a, longest[a.Owner])
 			if !a.Java {
 				byToken[l] = append(byToken[l], a)
 			}
@@ -1256,27 +1253,63 @@ func removedUnseen(ops []*Op, e *Op) bool {
 // re-entry, or a hold of its own only after a returned) and was still in
 // flight when a later one of the chain began: one owner's calls at once
 // (a Mutex two goroutines share) wait in one queue entry, the owner's, and
-// one that gives up leaves it to the others (RULES.md B3).
-func queuedSince(ops []*Op, a *Op) time.Duration {
+// one that gives up leaves it to the others (RULES.md B3). A clean
+// outcome before the chain began ends it only where no earlier call of
+// the owner was still in flight (the simulation with -sim.shared, seed
+// 902: a TryLock that gave up while an earlier Lock of its owner still
+// waited in the entry, and a third call granted from that entry); and a
+// hold of the owner's own before the chain took its entry then, so the
+// chain's entry was made after that grant, whatever its calls' own start
+// (seed 666: a Lock made before its sibling's grant, kept back by the
+// owner's gate, queued anew after that hold's release).
+// longest is the longest any acquire of the owner lasted: no call made
+// longer before the chain began, or before the latest clean outcome, was
+// in flight after it.
+func queuedSince(ops []*Op, a *Op, longest time.Duration) time.Duration {
 	since := a.Call
+	cleared := time.Duration(-1) // the latest clean outcome before the chain: leftovers before it went
+	floor := time.Duration(-1)   // the latest grant of another hold of the owner's before the chain
 	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Call >= a.Call }) - 1; i >= 0; i-- {
 		p := ops[i]
+		if cleared >= 0 && p.Call+longest < min(since, cleared) {
+			break // no call made this early was in flight when the chain began, or after the clean outcome
+		}
 		if p.Owner != a.Owner || p.Lock != a.Lock || !p.Kind.acquire() || p.Kind == KindTryOnce {
 			continue // a TryLock(0) neither queues nor leaves: it ends nothing
 		}
-		if (p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return) && p.Return >= since {
-			// A sibling call: the entry may be its - and when both were
-			// granted the one hold, which of the two returned first with
-			// it (the new hold, as recorded) says nothing of who queued.
+		sibling := p.Hold == nil || p.Hold == a.Hold || p.Return > a.Return
+		switch {
+		case sibling && p.Return >= since:
+			// In flight when the chain began: the entry may be its - and
+			// when both were granted the one hold, which of the two
+			// returned first with it (the new hold, as recorded) says
+			// nothing of who queued.
 			since = p.Call
-			continue
+		case p.Err == "":
+			// Held before the chain began: the grant took the owner's
+			// entry, and any an earlier call left behind.
+			cleared, floor = max(cleared, p.Return), max(floor, p.Return)
+		case p.NotAcq || p.Java && strings.HasPrefix(p.Err, "redisson:"):
+			// Gave up cleanly (or Redisson's script refused) before the
+			// chain began: its entry went, and with it any an earlier
+			// call left behind, unless an earlier call still waited in it.
+			cleared = max(cleared, p.Return)
+		case p.Return > cleared:
+			since = p.Call // its outcome unknown: it may have left its entry queued
 		}
-		if p.Err == "" || p.NotAcq {
-			break // held, or gave up cleanly
-		}
-		since = p.Call
 	}
-	return since
+	return max(since, floor)
+}
+
+// longestAcquires returns, by owner, how long its longest acquire lasted.
+func longestAcquires(ops []*Op) map[string]time.Duration {
+	longest := map[string]time.Duration{}
+	for _, op := range ops {
+		if op.Kind.acquire() {
+			longest[op.Owner] = max(longest[op.Owner], op.Return-op.Call)
+		}
+	}
+	return longest
 }
 
 // checkFree: a lock does not stay free while a live Go waiter waits for

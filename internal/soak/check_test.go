@@ -562,18 +562,31 @@ func unacknowledged(h *History, hd *Hold, call, ret time.Duration) {
 }
 
 // javaKeptHold records a Redisson thread j's hold of L whose unlock failed
-// ("EOF": its reply lost) at 30 s, then j's lock and unlock ending at last.
-func javaKeptHold(h *History, last time.Duration) {
+// ("EOF": its reply lost) at 30 s - its count may have stayed up - then
+// lock/unlock pairs of j, each starting every step until last, the last
+// unlock returning at last.
+func javaKeptHold(h *History, step, last time.Duration) {
 	first := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: 29 * time.Second, Called: 29 * time.Second, Lease: javaLease}
 	h.AddHold(first)
 	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: first.Called, Return: first.Acquired, Hold: first, New: true})
 	first.End(30*time.Second, nil)
 	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 30 * time.Second, Return: 30 * time.Second, Hold: first, Err: "EOF"})
-	again := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Acquired: last - 2*msec, Called: last - 3*msec, Lease: javaLease}
-	h.AddHold(again)
-	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: again.Called, Return: again.Acquired, Hold: again, New: true})
-	again.End(last, nil)
-	h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: last - msec, Return: last, Hold: again})
+	threadPairs(h, 30*time.Second+step, step, last)
+}
+
+// threadPairs records lock/unlock pairs of a Redisson thread j on L, each
+// starting every step from start until last, the last unlock returning at
+// last.
+func threadPairs(h *History, start, step, last time.Duration) {
+	for at := start; at+2*msec <= last; at += step {
+		hd := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Called: at, Acquired: at + msec, Lease: javaLease}
+		h.AddHold(hd)
+		h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: at, Return: at + msec, Hold: hd, New: true})
+		end := min(at+step/2, last)
+		hd.Releasing(end - msec)
+		hd.End(end, nil)
+		h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: end - msec, Return: end, Hold: hd})
+	}
 }
 
 // javaGrantReentered records a Redisson thread j's lock() of L whose
@@ -583,15 +596,7 @@ func javaKeptHold(h *History, last time.Duration) {
 // unlock returning at last.
 func javaGrantReentered(h *History, step, last time.Duration) {
 	h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: 10 * time.Second, Return: 10*time.Second + msec, Err: "EOF"})
-	for at := 10*time.Second + step; at+2*msec <= last; at += step {
-		hd := &Hold{Lock: "L", Owner: "j", Client: "java", Java: true, Called: at, Acquired: at + msec, Lease: javaLease}
-		h.AddHold(hd)
-		h.Add(&Op{Kind: KindJavaLock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: at, Return: at + msec, Hold: hd, New: true})
-		end := min(at+step/2, last)
-		hd.Releasing(end - msec)
-		hd.End(end, nil)
-		h.Add(&Op{Kind: KindJavaUnlock, Lock: "L", Owner: "j", Client: "java", Java: true, Call: end - msec, Return: end, Hold: hd})
-	}
+	threadPairs(h, 10*time.Second+step, step, last)
 }
 
 // TestCheckBusy: ErrNotAcquired only when another owner held the lock,
@@ -650,12 +655,18 @@ func TestCheckBusy(t *testing.T) {
 		// Seed 138878139966595 (the simulation): a Redisson thread's
 		// unlock failed, so its count stayed up through its later
 		// lock/unlock pairs.
-		{"a Redisson thread's unlock failed, then it locked and unlocked again", func(h *History) {
-			javaKeptHold(h, 39*sec)
+		{"a Redisson thread's unlock failed 10 s before, then it locked and unlocked every 2 s", func(h *History) {
+			javaKeptHold(h, 2*sec, 39*sec)
 		}, 0},
 		{"as above, and a force unlock ended its hold before", func(h *History) {
-			javaKeptHold(h, 39*sec)
+			javaKeptHold(h, 2*sec, 39*sec)
 			h.Add(&Op{Kind: KindForceUnlock, Lock: "L", Owner: "x", Client: "cx", Call: 39*sec + 500*msec, Return: 39*sec + 501*msec, Released: true})
+		}, 1},
+		// A call of the thread after the kept hold's lease ran out finds
+		// no hold to keep (it was counted as keeping one before the two
+		// were folded into threadKept).
+		{"as above, but the thread's calls 6 s apart: the kept hold's lease ran out", func(h *History) {
+			javaKeptHold(h, 6*sec, 39*sec)
 		}, 1},
 		// Seed 198211716742332 (the simulation): a Redisson thread's
 		// lock() was granted and its reply lost; the thread's later

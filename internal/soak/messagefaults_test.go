@@ -384,3 +384,105 @@ func TestFloodUntilForced(t *testing.T) {
 		t.Errorf("never forced: %d rounds (%v), want %d", rounds, err, maxFloodRounds)
 	}
 }
+
+// TestCheckFIFOSharedOwnerEntryKeptByAnEarlierCall: a shared owner's
+// TryLock that gave up while an earlier Lock of the owner still waited
+// leaves the owner's entry to that Lock, and a third call of the owner
+// granted from it overtakes no waiter that queued after the Lock (the
+// simulation, seed 902 with -sim.shared: the check stopped at the TryLock's
+// clean end and took the third call for a newcomer). When the first call
+// too had ended cleanly before the third began, the owner's entry went
+// with it.
+func TestCheckFIFOSharedOwnerEntryKeptByAnEarlierCall(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		first *Op
+		want  int
+	}{
+		{"the Lock still waited", &Op{Kind: KindLock, Return: 200 * msec, Limit: 195 * msec, Err: "context deadline exceeded", Canceled: true}, 0},
+		{"the Lock's outcome unknown, after the TryLock's end", &Op{Kind: KindLock, Return: 70 * msec, Limit: 65 * msec, Err: "context deadline exceeded", Canceled: true}, 0},
+		{"a TryLock that had given up", &Op{Kind: KindTryWait, Return: 70 * msec, Wait: 65 * msec, Limit: time.Second, Err: "lock: not acquired", NotAcq: true}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			first := c.first
+			first.Lock, first.Owner, first.Client, first.Call, first.Queued = "L", "s", "cs", 5*msec, 10*msec
+			h.Add(first)
+			h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 30 * msec, Return: 60 * msec, Wait: 30 * msec, Limit: time.Second,
+				Err: "lock: not acquired", NotAcq: true})
+			s := hold("L", "s", 5, 120*msec, 300*msec)
+			s.Client = "cs"
+			acquire(h, s, 80*msec) // the owner's third call: granted at 120 ms, no queueing of its own
+			w := hold("L", "w", 6, 400*msec, 500*msec)
+			w.Called = 15 * msec
+			h.AddHold(w)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckFIFOSharedOwnerChainPastAGiveUp: the chain of a shared owner's
+// calls reaches back past a sibling's clean give-up through calls still in
+// flight when the chain began, however long ago they were made (the
+// simulation, seed 501 with -sim.shared: a search bounded by the give-up
+// stopped short of the owner's first Lock, which had queued before the
+// waiter).
+func TestCheckFIFOSharedOwnerChainPastAGiveUp(t *testing.T) {
+	h := NewHistory(1)
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 5 * msec, Queued: 6 * msec, Return: 70 * msec, Limit: 65 * msec,
+		Err: "context deadline exceeded", Canceled: true})
+	s := hold("L", "s", 5, 110*msec, 300*msec)
+	s.Client, s.Called = "cs", 100*msec
+	h.AddHold(s)
+	h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 30 * msec, Return: 111 * msec, Limit: time.Second, Hold: s}) // the re-entry
+	h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 85 * msec, Return: 95 * msec, Wait: 10 * msec, Limit: time.Second,
+		Err: "lock: not acquired", NotAcq: true})
+	h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 100 * msec, Return: 110 * msec, Limit: time.Second, Hold: s, New: true})
+	w := hold("L", "w", 6, 400*msec, 500*msec)
+	w.Called = 15 * msec
+	h.AddHold(w)
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+	if got := checks(h)["fifo"]; got != 0 {
+		t.Errorf("%d FIFO violations, want 0: the owner's first Lock queued before w", got)
+	}
+}
+
+// TestCheckFIFOSharedOwnerQueuedAfterItsOwnHold: a shared owner's Lock
+// made before its sibling was granted a hold, kept back meanwhile (the
+// owner's gate), queues anew after that hold's release; a third call of
+// the owner granted from that entry overtakes no waiter that queued after
+// it, however early the Lock was made (the simulation with -sim.shared,
+// seed 666) - and does overtake one that queued before the owner's hold.
+func TestCheckFIFOSharedOwnerQueuedAfterItsOwnHold(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		queued time.Duration // when w queued
+		want   int
+	}{
+		{"w queued after the owner's entry", 120 * msec, 0},
+		{"w queued before the owner's hold", 20 * msec, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHistory(1)
+			first := hold("L", "s", 4, 50*msec, 100*msec)
+			first.Client = "cs"
+			acquire(h, first, 10*msec)
+			releaseHold(h, first, 95*msec, 100*msec)
+			second := hold("L", "s", 5, 250*msec, 400*msec)
+			second.Client, second.Called = "cs", 150*msec
+			h.AddHold(second)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 5 * msec, Queued: 101 * msec, Return: 251 * msec, Limit: time.Second, Hold: second})
+			h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 150 * msec, Return: 250 * msec, Limit: time.Second, Hold: second, New: true})
+			w := hold("L", "w", 6, 500*msec, 600*msec)
+			w.Called = c.queued - msec
+			h.AddHold(w)
+			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: c.queued - msec, Queued: c.queued, Return: 500 * msec, Limit: time.Second, Hold: w, New: true})
+			if got := checks(h)["fifo"]; got != c.want {
+				t.Errorf("%d FIFO violations, want %d", got, c.want)
+			}
+		})
+	}
+}
