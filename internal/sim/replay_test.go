@@ -25,11 +25,8 @@ func TestReplay(t *testing.T) {
 	cfg := DefaultConfig(42)
 	cfg.Duration = 30 * time.Second
 	cfg.Trace = true
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	cryptotest.SetGlobalRandom(t, cfg.Seed)
-	a := Run(t, cfg, t.TempDir())
-	cryptotest.SetGlobalRandom(t, cfg.Seed)
-	b := Run(t, cfg, t.TempDir())
+	a := runAlone(t, cfg)
+	b := runAlone(t, cfg)
 	type key struct {
 		conn string
 		up   bool
@@ -106,4 +103,12 @@ func alike(x, y *soak.Op) bool {
 		return strings.ReplaceAll(op.Err, client, "")
 	}
 	return x.Kind == y.Kind && x.Call == y.Call && x.Return == y.Return && errOf(x) == errOf(y) && token(x) == token(y)
+}
+
+// runAlone runs cfg's history as soak.sh runs histories, on one
+// processor, with client IDs that follow from the seed.
+func runAlone(t *testing.T, cfg Config) Result {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cryptotest.SetGlobalRandom(t, cfg.Seed)
+	return Run(t, cfg, t.TempDir())
 }

@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"runtime"
 	"testing"
-	"testing/cryptotest"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/soak"
@@ -21,9 +19,7 @@ func TestSharedOwnerOneLastUnlock(t *testing.T) {
 	cfg := DefaultConfig(902)
 	cfg.Duration = 1500 * time.Millisecond
 	cfg.SharedOwner = true
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	cryptotest.SetGlobalRandom(t, cfg.Seed)
-	res := Run(t, cfg, t.TempDir())
+	res := runAlone(t, cfg)
 	last := map[*soak.Hold]*soak.Op{}
 	unlocks := 0
 	for _, op := range res.History.Ops() {

@@ -186,10 +186,7 @@ func TestCheckFIFOSharedOwnerQueuePosition(t *testing.T) {
 			}
 			h.Add(first)
 			acquire(h, s, 50*msec) // S's Lock: no queueing of its own, the new hold at 120 ms
-			w := hold("L", "w", 6, 400*msec, 500*msec)
-			w.Called = 15 * msec
-			h.AddHold(w)
-			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+			waiterGranted(h, 20*msec, 400*msec)
 			if got := checks(h)["fifo"]; got != c.want {
 				t.Errorf("%d FIFO violations, want %d", got, c.want)
 			}
@@ -413,10 +410,7 @@ func TestCheckFIFOSharedOwnerEntryKeptByAnEarlierCall(t *testing.T) {
 			s := hold("L", "s", 5, 120*msec, 300*msec)
 			s.Client = "cs"
 			acquire(h, s, 80*msec) // the owner's third call: granted at 120 ms, no queueing of its own
-			w := hold("L", "w", 6, 400*msec, 500*msec)
-			w.Called = 15 * msec
-			h.AddHold(w)
-			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+			waiterGranted(h, 20*msec, 400*msec)
 			if got := checks(h)["fifo"]; got != c.want {
 				t.Errorf("%d FIFO violations, want %d", got, c.want)
 			}
@@ -441,10 +435,7 @@ func TestCheckFIFOSharedOwnerChainPastAGiveUp(t *testing.T) {
 	h.Add(&Op{Kind: KindTryWait, Lock: "L", Owner: "s", Client: "cs", Call: 85 * msec, Return: 95 * msec, Wait: 10 * msec, Limit: time.Second,
 		Err: "lock: not acquired", NotAcq: true})
 	h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 100 * msec, Return: 110 * msec, Limit: time.Second, Hold: s, New: true})
-	w := hold("L", "w", 6, 400*msec, 500*msec)
-	w.Called = 15 * msec
-	h.AddHold(w)
-	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: 15 * msec, Queued: 20 * msec, Return: 400 * msec, Limit: time.Second, Hold: w, New: true})
+	waiterGranted(h, 20*msec, 400*msec)
 	if got := checks(h)["fifo"]; got != 0 {
 		t.Errorf("%d FIFO violations, want 0: the owner's first Lock queued before w", got)
 	}
@@ -476,13 +467,19 @@ func TestCheckFIFOSharedOwnerQueuedAfterItsOwnHold(t *testing.T) {
 			h.AddHold(second)
 			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "s", Client: "cs", Call: 5 * msec, Queued: 101 * msec, Return: 251 * msec, Limit: time.Second, Hold: second})
 			h.Add(&Op{Kind: KindLockLease, Lock: "L", Owner: "s", Client: "cs", Call: 150 * msec, Return: 250 * msec, Limit: time.Second, Hold: second, New: true})
-			w := hold("L", "w", 6, 500*msec, 600*msec)
-			w.Called = c.queued - msec
-			h.AddHold(w)
-			h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: c.queued - msec, Queued: c.queued, Return: 500 * msec, Limit: time.Second, Hold: w, New: true})
+			waiterGranted(h, c.queued, 500*msec)
 			if got := checks(h)["fifo"]; got != c.want {
 				t.Errorf("%d FIFO violations, want %d", got, c.want)
 			}
 		})
 	}
+}
+
+// waiterGranted records w's Lock of L, called 5 ms before it queued at
+// queued and granted at granted (token 6), its hold released 100 ms later.
+func waiterGranted(h *History, queued, granted time.Duration) {
+	w := hold("L", "w", 6, granted, granted+100*msec)
+	w.Called = queued - 5*msec
+	h.AddHold(w)
+	h.Add(&Op{Kind: KindLock, Lock: "L", Owner: "w", Client: "cw", Call: w.Called, Queued: queued, Return: granted, Limit: time.Second, Hold: w, New: true})
 }
