@@ -728,7 +728,7 @@ type spans struct {
 // one lost with its Unlock's outcome unknown, or one never seen to end
 // linger longer); an acquire over its call, and linger longer when its
 // outcome is unknown; a Redisson thread's hold whose unlock failed, until
-// javaKept.
+// threadKept.
 func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) map[string]*spans {
 	by := map[string]*spans{}
 	add := func(lock string, sp span) {
@@ -762,15 +762,15 @@ func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) m
 		queuedThenFault := a.NotAcq && leaveHeldBack(faults, a)
 		if a.Err != "" && (!(a.NotAcq && !a.Unavail) || queuedThenFault) {
 			until += linger // its outcome is unknown
-			if a.Java && !strings.HasPrefix(a.Err, "redisson:") {
-				until = max(until, javaGrantKept(ops, a))
+			if a.Java && !javaRefused(a) {
+				until = max(until, threadKept(ops, a, a.Return))
 			}
 		}
 		add(a.Lock, span{a.Owner, a.Call, until})
 	}
 	for _, u := range ops {
 		if u.Kind == KindJavaUnlock && u.Err != "" && !strings.Contains(u.Err, "not locked by current thread") {
-			add(u.Lock, span{u.Owner, u.Call, javaKept(ops, u)})
+			add(u.Lock, span{u.Owner, u.Call, threadKept(ops, u, u.Call)})
 		}
 	}
 	for _, sp := range by {
@@ -786,28 +786,6 @@ func busySpans(ops []*Op, holds []*Hold, faults []Fault, linger time.Duration) m
 	return by
 }
 
-// javaKept returns until when the Redisson thread whose unlock u failed
-// may hold u's lock: Redisson's count stayed up (threadKept, from u's
-// call; the simulation, seed 138878139966595: a Java unlock whose reply
-// was lost - "EOF" - then 14 lock/unlock pairs of the thread, and a Go
-// TryLock(0) 12 ms after the last was told the lock was busy, rightly: a
-// Redisson forceUnlock 124 ms later removed the hold).
-func javaKept(ops []*Op, u *Op) time.Duration {
-	return threadKept(ops, u, u.Call)
-}
-
-// javaGrantKept returns until when a, a Java acquire whose outcome is
-// unknown, may have left its thread a hold: granted as late as a.Return
-// (threadKept, from a's return, as a grant can come no later; the
-// simulation, seed 198211716742332: a lock() whose reply was lost - "EOF"
-// - at 435.3 s, then the thread's lock/unlock pairs for 33 s, and a Go
-// TryLock(0) between two of them, 26 s after the failure, was told the
-// lock was busy, rightly: the thread's own forceUnlock removed the hold at
-// 468.6 s). As javaMayReenter, for the FIFO check.
-func javaGrantKept(ops []*Op, a *Op) time.Duration {
-	return threadKept(ops, a, a.Return)
-}
-
 // threadKept returns until when x's Redisson thread may hold x's lock, a
 // hold it may have (x failed, its outcome unknown) lasting a lease from
 // x's return: each later call of the thread while the hold lives keeps it
@@ -815,7 +793,17 @@ func javaGrantKept(ops []*Op, a *Op) time.Duration {
 // it was, each renewing it for a lease - until a release by anyone that
 // ran after from (a force unlock, a delete, a DEL by hand), or a lease
 // after the thread's last call within it. A call after the hold's lease
-// ran out finds none to keep. ops are in call order.
+// ran out finds none to keep. ops are in call order. For a failed
+// unlock, from is its call (the simulation, seed 138878139966595: a Java
+// unlock whose reply was lost - "EOF" - then 14 lock/unlock pairs of the
+// thread, and a Go TryLock(0) 12 ms after the last was told the lock was
+// busy, rightly: a Redisson forceUnlock 124 ms later removed the hold);
+// for an acquire of unknown outcome, its return, as a grant can come no
+// later (seed 198211716742332: a lock() whose reply was lost at 435.3 s,
+// then the thread's lock/unlock pairs for 33 s, and a Go TryLock(0)
+// between two of them, 26 s after the failure, was told the lock was
+// busy, rightly: the thread's own forceUnlock removed the hold at 468.6
+// s). As javaMayReenter, for the FIFO check.
 func threadKept(ops []*Op, x *Op, from time.Duration) time.Duration {
 	until := x.Return + javaLease
 	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Call > x.Call }):] {
@@ -1108,7 +1096,7 @@ func javaMayReenter(ops []*Op, a *Op) bool {
 		switch {
 		case mine && op.Kind == KindJavaUnlock && op.Err != "" && !strings.Contains(op.Err, "not locked by current thread"):
 			kept = op.Call
-		case mine && op.Kind.acquire() && op.Err != "" && !strings.HasPrefix(op.Err, "redisson:"):
+		case mine && op.Kind.acquire() && op.Err != "" && !javaRefused(op):
 			until, grantBy = max(until, op.Return+javaLease), max(grantBy, op.Return)
 		case mine && op.Kind.acquire() && op.Hold != nil && op.Call <= until:
 			until = max(until, op.Return+javaLease)
@@ -1289,7 +1277,7 @@ func queuedSince(ops []*Op, a *Op, longest time.Duration, faults []Fault) time.D
 			// Held before the chain began: the grant took the owner's
 			// entry, and any an earlier call left behind.
 			cleared, floor = max(cleared, p.Return), max(floor, p.Return)
-		case p.NotAcq && !leaveHeldBack(faults, p) || p.Java && strings.HasPrefix(p.Err, "redisson:"):
+		case p.NotAcq && !leaveHeldBack(faults, p) || javaRefused(p):
 			// Gave up cleanly (or Redisson's script refused) before the
 			// chain began: its entry went, and with it any an earlier
 			// call left behind, unless an earlier call still waited in it.
@@ -1312,6 +1300,13 @@ func queuedSince(ops []*Op, a *Op, longest time.Duration, faults []Fault) time.D
 // left (the busy check lets it linger so too, busySpans).
 func leaveHeldBack(faults []Fault, p *Op) bool {
 	return p.Queued > 0 && faultDuring(faults, p.Client, p.Return-leaveBefore, p.Return+time.Second, 0)
+}
+
+// javaRefused reports whether op, a Java call, failed with Redisson's
+// own refusal (its script answered, so the outcome is known: nothing
+// granted, nothing queued) rather than an error that leaves it unknown.
+func javaRefused(op *Op) bool {
+	return op.Java && strings.HasPrefix(op.Err, "redisson:")
 }
 
 // leaveBefore is how long before a call returns its leave may be sent:

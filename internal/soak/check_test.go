@@ -833,7 +833,7 @@ func TestCheckLinearizableBusyLockWithoutQuietMoment(t *testing.T) {
 // TestSavedHistoryOfSeed198211716742332 checks again the simulation's
 // history that once failed the busy check (CI, 41cc917): a Go TryLock(0)
 // refused at 461.9 s on sim:s0, rightly, while a Redisson thread re-entered
-// a hold whose grant's reply had been lost at 435.3 s (javaGrantKept). The
+// a hold whose grant's reply had been lost at 435.3 s (threadKept). The
 // whole history must pass.
 func TestSavedHistoryOfSeed198211716742332(t *testing.T) {
 	h, b, err := LoadHistory("testdata/history-198211716742332.json.gz")
