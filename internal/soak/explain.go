@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -9,10 +10,17 @@ import (
 )
 
 // Slice shrinks the history to what a violation needs: the operations on
-// its lock from 3 s before it to 1 s after, the holds on that lock alive
-// then, and the faults in that window.
+// its lock from 3 s before it to 1 s after - or from sliceBefore before
+// the first operation it names, when that is earlier (a leftover found at
+// quiescence is named by its owner's last acquire, seconds before) - the
+// holds on that lock alive then, and the faults in that window.
 func Slice(h *History, v Violation) string {
 	from, to := v.At-3*time.Second, v.At+time.Second
+	for _, op := range h.Ops() {
+		if slices.Contains(v.Ops, op.ID) {
+			from = min(from, op.Call-sliceBefore)
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "=== %v\n", v)
 	for _, f := range h.Faults() {
@@ -33,6 +41,12 @@ func Slice(h *History, v Violation) string {
 	}
 	return b.String()
 }
+
+// sliceBefore is how far before the first operation a violation names its
+// slice begins: past the attempt bound and the cleanup after it
+// (cleanupBound), which an earlier call of the owner's may still have
+// been in.
+const sliceBefore = 10 * time.Second
 
 // Explain is every violation with its slice.
 func Explain(h *History, vs []Violation) string {

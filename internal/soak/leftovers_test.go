@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,10 @@ func TestLeftovers(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0].Text, short(owners[1])) {
 		t.Fatalf("a live waiter of a closed client: %v, want it reported", got)
 	}
+	if !strings.Contains(got[0].Text, "not in the queue, liveness deadline +") {
+		t.Errorf("the report does not say where the entry is: %v", got[0])
+	}
+
 	h.AddFault(Fault{Kind: FaultPartition, Target: "c", Start: 0, End: h.Now()})
 	if got := leftovers(t, raw, h, nil); len(got) != 0 {
 		t.Fatalf("with a fault on its last acquire: %v, want it excused", got)
@@ -126,5 +131,25 @@ func TestLeftoversJavaDelete(t *testing.T) {
 				t.Errorf("leftovers %v, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// TestSliceReachesBackToNamedOps: a violation found at quiescence names
+// an acquire seconds before it; its slice begins sliceBefore before that
+// acquire, so the owner's earlier calls on the lock show (CI's seed
+// 113398293035868 printed only the violation's line).
+func TestSliceReachesBackToNamedOps(t *testing.T) {
+	h := NewHistory(1)
+	name := sharedNames[0]
+	early := &Op{Kind: KindLock, Lock: name, Owner: "o:1", Client: "c", Call: 1 * time.Second, Return: 2 * time.Second, Err: "boom"}
+	last := &Op{Kind: KindTryOnce, Lock: name, Owner: "o:1", Client: "c", Call: 8 * time.Second, Return: 8 * time.Second}
+	h.Add(early)
+	h.Add(last)
+	v := Violation{Check: "leftovers", Lock: name, At: 15 * time.Second, Ops: []int{last.ID}}
+	sl := Slice(h, v)
+	for _, op := range []*Op{early, last} {
+		if !strings.Contains(sl, fmt.Sprintf("#%d ", op.ID)) {
+			t.Errorf("the slice lacks #%d:\n%s", op.ID, sl)
+		}
 	}
 }

@@ -663,7 +663,7 @@ func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*g
 				continue
 			}
 			out = append(out, Violation{Check: "leftovers", Lock: name, At: h.Now(), Ops: []int{op.ID},
-				Text: fmt.Sprintf("%s is still a live waiter of %s after its client closed; its last acquire: %v", short(w.owner), name, op)})
+				Text: fmt.Sprintf("%s is still a live waiter of %s after its client closed (%s); its last acquire: %v", short(w.owner), name, w.state(), op)})
 		}
 	}
 	return out
@@ -719,6 +719,23 @@ func lastAcquires(ops []*Op) map[string]*Op {
 type liveWaiter struct {
 	owner  string
 	queued bool
+	// alive is its liveness deadline (server ms; 0: no entry in the
+	// liveness zset), at is the server's time when it was read.
+	alive, at float64
+}
+
+// state says where w was found, for a violation's text: what a reader
+// needs to tell which script left it (a live entry's liveness deadline
+// is its last heartbeat plus the waiter timeout).
+func (w liveWaiter) state() string {
+	where := "in the queue"
+	if !w.queued {
+		where = "not in the queue"
+	}
+	if w.alive == 0 {
+		return where + ", no liveness entry"
+	}
+	return fmt.Sprintf("%s, liveness deadline %+.0f ms from the check", where, w.alive-w.at)
 }
 
 // liveWaiters returns the owners in lock name's queue (RULES.md,
@@ -727,6 +744,10 @@ type liveWaiter struct {
 func liveWaiters(ctx context.Context, raw redis.UniversalClient, name string) []liveWaiter {
 	queue, _ := raw.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
 	alive, _ := raw.ZRangeWithScores(ctx, "fairlock_lock_alive:{"+name+"}", 0, -1).Result()
+	var at float64
+	if now, err := raw.Time(ctx).Result(); err == nil {
+		at = float64(now.UnixMicro()) / 1000
+	}
 	left := map[string]bool{}
 	inQueue := map[string]bool{}
 	for _, m := range queue {
@@ -740,13 +761,13 @@ func liveWaiters(ctx context.Context, raw redis.UniversalClient, name string) []
 			left[m] = true
 		} else if !seen[m] {
 			seen[m] = true
-			live = append(live, liveWaiter{m, inQueue[m]})
+			live = append(live, liveWaiter{owner: m, queued: inQueue[m], alive: z.Score, at: at})
 		}
 	}
 	for _, m := range queue {
 		if !left[m] && !seen[m] {
 			seen[m] = true
-			live = append(live, liveWaiter{m, true})
+			live = append(live, liveWaiter{owner: m, queued: true, at: at})
 		}
 	}
 	return live
