@@ -188,10 +188,12 @@ const (
 	// client made of two (Target its label): wake-ups, loss notices and
 	// key watches stall while its scripts are answered.
 	FaultSubStall FaultKind = "subscription-stall"
-	// FaultEvict is the server evicting every key with a TTL (maxmemory
-	// set to 1 byte for an instant under volatile-ttl; Target "keys"): it
-	// ends every hold and drops every queue, as KindEviction records per
-	// lock.
+	// FaultEvict is the server evicting keys with a TTL (maxmemory set
+	// to 1 byte for an instant under volatile-ttl; Target "keys"): the
+	// server evicts until its time for it runs out, so some of the lock
+	// keys go and some stay, a lock's hash, queue and liveness zset each
+	// on its own (queueDropped). KindEviction records it per lock, with
+	// whether it ended the hold.
 	FaultEvict FaultKind = "eviction"
 	// Faults at the level of one message, on one Go client (Target its
 	// label; Detail the script and its first key), made by the

@@ -597,9 +597,11 @@ func (n *nemesis) clientPause(d time.Duration) {
 	time.Sleep(d)
 }
 
-// evict makes the server evict every key with a TTL - every lock key -
-// at once: maxmemory 1 byte under volatile-ttl, then back to no limit and
-// noeviction, in one pipeline that the server reads in one go. It records
+// evict makes the server evict keys with a TTL - lock keys - at once:
+// maxmemory 1 byte under volatile-ttl, then back to no limit and
+// noeviction, in one pipeline that the server reads in one go. The server
+// evicts until its time for it runs out, shortest TTL first by sampling,
+// so some keys go and others stay (queueDropped). It records
 // a KindEviction for each lock, Released when its hash was there before
 // and is gone after.
 func (n *nemesis) evict() {
@@ -635,8 +637,8 @@ func (n *nemesis) evict() {
 // entry in a queue is one its owner left behind marked dead (X5, X8),
 // unless the owner's last acquire on that lock ran into a fault (the
 // cleanup is best effort, bounded by 2 s, and an attempt in flight is
-// awaited up to 5 s), or its entry is only a liveness entry that a
-// Redisson delete() left behind (javaDropped).
+// awaited up to 5 s), or its entry is only a liveness entry whose queue
+// entry something other than fairlock's scripts dropped (queueDropped).
 func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*goClient) []Violation {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -659,7 +661,7 @@ func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*g
 			if !ok {
 				continue // not a Go owner's
 			}
-			if faultDuring(faults, op.Client, op.Call, op.Return+cleanupBound, 0) || !w.queued && javaDropped(ops, op) {
+			if faultDuring(faults, op.Client, op.Call, op.Return+cleanupBound, 0) || !w.queued && queueDropped(ops, name, w.owner) {
 				continue
 			}
 			out = append(out, Violation{Check: "leftovers", Lock: name, At: h.Now(), Ops: []int{op.ID},
@@ -669,17 +671,32 @@ func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*g
 	return out
 }
 
-// javaDropped reports whether a Redisson delete() of op's lock ran while
-// op, an acquire, waited: it deletes the lock's hash, queue and zset and
-// knows nothing of fairlock's liveness entries, so the waiter's stays
-// behind without its queue entry until its deadline - which acquire.lua
-// expects, and never counts as a waiter (seed 189325430849908: a Lock
-// granted 2 ms after a Java delete, on the free lock, its liveness entry
-// still live when its client closed).
-func javaDropped(ops []*Op, op *Op) bool {
+// queueDropped reports whether something other than fairlock's scripts
+// dropped lock's queue while one of owner's waiting calls on it (any
+// acquire but TryLock(0), which never queues) waited: a Redisson delete()
+// or an eviction. Fairlock's scripts take a waiter out of the queue and
+// the liveness zset together; these take the queue and leave the
+// liveness entry. delete() knows nothing of fairlock's liveness zset;
+// an eviction takes some of the keys with a TTL and not others - the
+// server stops evicting once its time for it runs out, and the nemesis
+// lifts the limit in the next command (about a fifth of 1,600 keys went
+// in a trial on Redis 7.0). The waiter then finds the lock free with
+// nobody queued and takes it on acquire_fast.lua's path, which reads no
+// liveness entry, so its entry stays until the zset expires - which
+// acquire.lua expects, and never counts as a waiter. Seeds 189325430849908
+// (a Lock granted 2 ms after a Java delete, its liveness entry live when
+// its client closed) and, by all the report showed, CI's 113398293035868
+// (the owner's last acquire a TryLock(0) seconds after).
+func queueDropped(ops []*Op, lock, owner string) bool {
 	for _, e := range ops {
-		if e.Kind == KindJavaDelete && e.Lock == op.Lock && e.Call <= op.Return && e.Return >= op.Call {
-			return true
+		if e.Lock != lock || (e.Kind != KindJavaDelete && e.Kind != KindEviction) {
+			continue
+		}
+		for _, op := range ops {
+			if op.Owner == owner && op.Lock == lock && !op.Java && op.Kind.acquire() && op.Kind != KindTryOnce &&
+				e.Call <= op.Return && e.Return >= op.Call {
+				return true
+			}
 		}
 	}
 	return false
