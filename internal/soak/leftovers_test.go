@@ -18,19 +18,7 @@ import (
 func TestLeftovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := redistest.Start(t)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer raw.Close()
-
-	b, err := Adapters[0].Dial(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := lock.NewClient(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	raw, c := leftoversRig(t)
 	name := sharedNames[0]
 	holder, _ := c.NewMutex(name)
 	if _, err := holder.Lock(ctx); err != nil {
@@ -166,18 +154,7 @@ func TestSliceReachesBackToNamedOps(t *testing.T) {
 func TestLeftoversAfterPartialEviction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := redistest.Start(t)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer raw.Close()
-	b, err := Adapters[0].Dial(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := lock.NewClient(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	raw, c := leftoversRig(t)
 	name := privateNames(0)[1]
 	hash, queue, timeouts := name, "redisson_lock_queue:{"+name+"}", "redisson_lock_timeout:{"+name+"}"
 	alive := "fairlock_lock_alive:{" + name + "}"
@@ -254,4 +231,22 @@ func TestLeftoversAfterPartialEviction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leftoversRig starts a server and returns a raw client of it and a lock
+// client on the soak's first adapter, both closed at t's cleanup.
+func leftoversRig(t *testing.T) (*redis.Client, *lock.Client) {
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { raw.Close() })
+	b, err := Adapters[0].Dial(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lock.NewClient(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return raw, c
 }
