@@ -112,3 +112,28 @@ func runAlone(t *testing.T, cfg Config) Result {
 	cryptotest.SetGlobalRandom(t, cfg.Seed)
 	return Run(t, cfg, t.TempDir())
 }
+
+// TestDelayedFailureLastsUntilItFails: a message the switch fails or
+// loses after a delay is recorded as a fault that lasts until the
+// failure, not one at the moment it was sent: it holds its connection up
+// that long (a 654 ms hold, then the connection failed, in seed
+// 123653965350671, where a call 1.5 s after the failure was judged with
+// no fault near). That seed's first 10 virtual seconds then check at 0
+// violations (1 before, on one processor).
+func TestDelayedFailureLastsUntilItFails(t *testing.T) {
+	w := &world{rec: newRecorder(1)}
+	for _, what := range []string{"fail", "lose", "delay"} {
+		w.fault("rueidis#1", Decision{What: what, Delay: 654 * time.Millisecond})
+	}
+	for _, f := range w.rec.h.Faults() {
+		if got := f.End - f.Start; got < 654*time.Millisecond {
+			t.Errorf("%s fault recorded for %v, want the message's delay, 654ms", f.Kind, got)
+		}
+	}
+	cfg := DefaultConfig(123653965350671)
+	cfg.Duration = 10 * time.Second
+	res := runAlone(t, cfg)
+	for _, v := range res.Report.Violations {
+		t.Errorf("seed %d: %v", cfg.Seed, v)
+	}
+}
