@@ -69,11 +69,7 @@ func TestTryLock_ClientClosedUnderIt_NotBusy(t *testing.T) {
 		_, err := m.TryLock(context.Background(), 94*time.Millisecond)
 		returned <- err
 	}()
-	select {
-	case <-hb.sent: // the attempt ran and granted the lock; its reply is held back
-	case <-time.After(10 * time.Second):
-		t.Fatal("no acquire sent within 10s")
-	}
+	awaitSent(t, hb.sent, "acquire") // the attempt ran and granted the lock; its reply is held back
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	redistest.Eventually(t, 5*time.Second, "the client to be closing", c.life.isClosed)

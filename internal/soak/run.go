@@ -655,8 +655,9 @@ func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*g
 	last := lastAcquires(h.Ops())
 	faults := h.Faults()
 	ops := h.Ops()
+	at := serverMillis(ctx, raw)
 	for _, name := range lockNames(len(clients)) {
-		for _, w := range liveWaiters(ctx, raw, name) {
+		for _, w := range liveWaiters(ctx, raw, name, at) {
 			op, ok := last[name+"\x00"+w.owner]
 			if !ok {
 				continue // not a Go owner's
@@ -688,15 +689,18 @@ func leftovers(t *testing.T, raw redis.UniversalClient, h *History, clients []*g
 // its client closed) and, by all the report showed, CI's 113398293035868
 // (the owner's last acquire a TryLock(0) seconds after).
 func queueDropped(ops []*Op, lock, owner string) bool {
+	var waits []*Op
+	for _, op := range ops {
+		if op.Owner == owner && op.Lock == lock && !op.Java && op.Kind.acquire() && op.Kind != KindTryOnce {
+			waits = append(waits, op)
+		}
+	}
 	for _, e := range ops {
 		if e.Lock != lock || (e.Kind != KindJavaDelete && e.Kind != KindEviction) {
 			continue
 		}
-		for _, op := range ops {
-			if op.Owner == owner && op.Lock == lock && !op.Java && op.Kind.acquire() && op.Kind != KindTryOnce &&
-				e.Call <= op.Return && e.Return >= op.Call {
-				return true
-			}
+		if slices.ContainsFunc(waits, func(op *Op) bool { return e.Call <= op.Return && e.Return >= op.Call }) {
+			return true
 		}
 	}
 	return false
@@ -755,16 +759,23 @@ func (w liveWaiter) state() string {
 	return fmt.Sprintf("%s, liveness deadline %+.0f ms from the check", where, w.alive-w.at)
 }
 
+// serverMillis returns the server's time in milliseconds (0 when it
+// cannot be read): when a check read the server, for its reports.
+func serverMillis(ctx context.Context, raw redis.UniversalClient) float64 {
+	now, err := raw.Time(ctx).Result()
+	if err != nil {
+		return 0
+	}
+	return float64(now.UnixMicro()) / 1000
+}
+
 // liveWaiters returns the owners in lock name's queue (RULES.md,
 // Keyspace) or liveness zset that are not marked as left behind (a
-// liveness deadline of 0).
-func liveWaiters(ctx context.Context, raw redis.UniversalClient, name string) []liveWaiter {
+// liveness deadline of 0), each with at, the server's time of the check
+// (serverMillis).
+func liveWaiters(ctx context.Context, raw redis.UniversalClient, name string, at float64) []liveWaiter {
 	queue, _ := raw.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
 	alive, _ := raw.ZRangeWithScores(ctx, "fairlock_lock_alive:{"+name+"}", 0, -1).Result()
-	var at float64
-	if now, err := raw.Time(ctx).Result(); err == nil {
-		at = float64(now.UnixMicro()) / 1000
-	}
 	left := map[string]bool{}
 	inQueue := map[string]bool{}
 	for _, m := range queue {
