@@ -131,15 +131,22 @@ func BenchmarkContended(b *testing.B) {
 		cmd  func(backend.Call) rueidis.Completed
 	}{{"evalsha", evalsha}, {"fcall", fcall}} {
 		b.Run(way.name, func(b *testing.B) {
-			benchContended(b, c, s, way.cmd, empty)
+			benchContended(b, c, s, way.cmd, empty, benchContenders)
 		})
 	}
+	// One owner, nobody queued: the uncontended pair, each turn an Unlock
+	// and the Lock after it (the fast paths, acquire_fast.lua and
+	// unlock_fast.lua).
+	b.Run("evalsha_pair", func(b *testing.B) {
+		benchContended(b, c, s, evalsha, empty, 1)
+	})
 }
 
-func benchContended(b *testing.B, c rueidis.Client, s *Scripts, cmd func(backend.Call) rueidis.Completed, empty string) {
+// benchContenders is how many owners take turns in the contended runs.
+const benchContenders = 16
+
+func benchContended(b *testing.B, c rueidis.Client, s *Scripts, cmd func(backend.Call) rueidis.Completed, empty string, owners int) {
 	ctx := context.Background()
-	k, _ := Derive("bench-" + b.Name())
-	w := Wake{ChannelPrefix: k.Channel, Publish: "publish"}
 	do := func(call backend.Call) string {
 		v, err := c.Do(ctx, cmd(call)).ToAny()
 		if err != nil {
@@ -147,43 +154,12 @@ func benchContended(b *testing.B, c rueidis.Client, s *Scripts, cmd func(backend
 		}
 		return fmt.Sprint(v)
 	}
-	acquire := func(who int) string {
-		return do(Acquire{Owner: owner(who), Lease: costLease, WaiterTimeout: costWaiterTimeout, Wake: w,
-			MaxHint: costWaiterTimeout / 3, Slack: costSlack}.Call(s, k))
-	}
-	var req uint64
-	unlock := func(who int, token int64) string {
-		req++
-		var id [16]byte
-		copy(id[:], strconv.FormatUint(req, 16))
-		return do(Unlock{Owner: owner(who), Lease: costLease, Wake: w, Latch: costLatch,
-			View: View{Token: token, Count: 1}, RequestID: id}.Call(s, k))
-	}
 	if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
 		b.Fatal(err)
 	}
-	for i := range 16 {
-		acquire(i)
-	}
-	token, err := c.Do(ctx, c.B().Get().Key(k.Token).Build()).AsInt64()
-	if err != nil {
-		b.Fatal(err)
-	}
-	holder := 0
-	// turn hands the lock over and queues the old holder again; the new
-	// holder's token is the old one's plus one (prelude.lua, next_token).
-	turn := func() {
-		if got := unlock(holder, token); got != "0" {
-			b.Fatalf("unlock by %d: %s, want 0", holder, got)
-		}
-		if got := acquire(holder); !strings.HasPrefix(got, "[0 ") {
-			b.Fatalf("acquire by %d: %s, want queued", holder, got)
-		}
-		token++
-		holder = (holder + 1) % 16
-	}
+	tr := newTurns(b, s, "bench-"+b.Name(), owners, do)
 	for range 100 {
-		turn()
+		tr.turn()
 	}
 	if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
 		b.Fatal(err)
@@ -191,7 +167,7 @@ func benchContended(b *testing.B, c rueidis.Client, s *Scripts, cmd func(backend
 	cpu0 := serverCPU(b, c)
 	b.ResetTimer()
 	for range b.N {
-		turn()
+		tr.turn()
 	}
 	b.StopTimer()
 	cpu1 := serverCPU(b, c)
