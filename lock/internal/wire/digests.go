@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "efa720b820e0f3bf2a9c52509c932601d6974443",
-	"delete":           "ace5bae6fa2ef1dea9a08d11dec1ad4584460434",
+	"acquire":          "6a8e679527132688ce996c05472f28ed13d7d64d",
+	"delete":           "97782e4d74f94e6795180baaaa266f238ceb5a45",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "c4a3f27786bcd09a4b482a3a47bbda928c4152da",
-	"inspect":          "600e5056096b59b9491f60f48bff7d347309cb59",
-	"leave":            "eff862c495fcd19aa8aad11d2c22081705d7d4cc",
-	"prune":            "dfa3e6fdea01449da1366e1e765ab1c2e6d7ceeb",
+	"force_unlock":     "e858e9998e08a8643df85ef332d4b32a2ae8c7c9",
+	"inspect":          "f370ab83d2fb63c6812cdcc2f4dc1fd15d238256",
+	"leave":            "693aeb5f63d083fc60656b9ba3a1d4ec5588f0f7",
+	"prune":            "deb6a5b92521c45bffba44c1a583ab9faf481c51",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "3c63d96e6bffd5cd8dcd2ea442ad855002ce2efa",
+	"renew":            "1fa6f03ba3ca05dc8399e0fadcfd123a0e982680",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "cf304b847e1ef6976aa883272574e2b7ddf2e0cd",
+	"unlock":           "9ccd60805349d4d1597d32da5d4498a06f2e6dbf",
 }

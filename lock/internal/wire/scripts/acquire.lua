@@ -60,8 +60,8 @@
 -- acquire_fast.lua, which comes first, has asked whether this user may
 -- publish (refused, X19) and taken a free lock nobody is queued for.
 local me = ARGV[1]
-local lease = tonumber(ARGV[2])
-local waiter_timeout = tonumber(ARGV[3])
+local lease = num(ARGV[2])
+local waiter_timeout = num(ARGV[3])
 
 -- The hash's PTTL tells whether anyone holds (-2: free), and is the wait
 -- hint of a head below. When the hash and the queue both exist (present,
@@ -81,12 +81,12 @@ if present == 2 or ttl == -2 then
   first, first_live = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], me)
 end
 local held = ttl ~= -2 and redis.call('hget', KEYS[1], me)
-if ARGV[9] ~= '0' and not (held and tonumber(ARGV[9]) == hold_token(KEYS[5])) then
+if ARGV[9] ~= '0' and not (held and num(ARGV[9]) == hold_token(KEYS[5])) then
   -- The hold this request names is gone (see above).
   return {2}
 end
 if held and held ~= '0' and first and first ~= me and ARGV[9] == '0'
-    and (ARGV[12] == '0' or hold_token(KEYS[5]) <= tonumber(ARGV[13])) then
+    and (ARGV[12] == '0' or hold_token(KEYS[5]) <= num(ARGV[13])) then
   -- The leftover of an ended hold, with a live waiter first in line: it
   -- goes, and this request runs as if the owner held nothing.
   redis.call('hdel', KEYS[1], me)
@@ -95,7 +95,7 @@ if held and held ~= '0' and first and first ~= me and ARGV[9] == '0'
 end
 if held then
   local token = hold_token(KEYS[5])
-  local count = tonumber(held)
+  local count = num(held)
   -- 0: granted by a hand-over and not taken up yet; it counts as one hold.
   local granted = count == 0
   count = math.max(count, 1)
@@ -108,10 +108,10 @@ if held then
       -- lease and this call's (as renew.lua does), or the grant's
       -- provisional expiry would outlive the hold (B6). The client counts
       -- neither from later than now (X12).
-      take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, math.max(lease, tonumber(ARGV[11])))
+      take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, math.max(lease, num(ARGV[11])))
       ttl = nil
     end
-    if count == tonumber(ARGV[10]) then
+    if count == num(ARGV[10]) then
       count = count + 1
     end
     redis.call('hset', KEYS[1], me, count)
@@ -125,15 +125,15 @@ if held then
     return {1, token, 1}
   end
   -- A leftover the client does not count as its hold: a new hold.
-  redis.call('hset', KEYS[1], me, 1)
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('hset', KEYS[1], me, '1')
+  redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, next_token(KEYS[5], lease), 1}
 end
 
 if ttl == -2 then
   if (not first) or first == me then
-    redis.call('hset', KEYS[1], me, 1)
-    redis.call('pexpire', KEYS[1], lease)
+    redis.call('hset', KEYS[1], me, '1')
+    redis.call('pexpire', KEYS[1], ARGV[2])
     if first then
       drop('lpop', KEYS[2], KEYS[3], KEYS[4], me)
       -- The next owner is first in line now: it must start waiting no
@@ -147,7 +147,7 @@ if ttl == -2 then
   first, ttl = hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], first, first_live)
 end
 
-local hint = tonumber(ARGV[7])
+local hint = num(ARGV[7])
 if ARGV[4] == 'once' then
   return {0, hint, 0}
 end
@@ -165,7 +165,7 @@ if score and not is_head then
   if alive == nil then
     alive = redis.call('zscore', KEYS[4], me)
   end
-  if (not alive) or tonumber(alive) == left_mark then
+  if (not alive) or num(alive) == left_mark then
     -- The dead entry this owner left behind when it gave up further up
     -- the queue (leave.lua): it goes (the one scan of the list, only
     -- here), and the owner queues anew at the tail.
@@ -192,8 +192,8 @@ if score then
   -- ahead (see prelude.lua).
   local deadline = now + waiter_timeout
   if not is_head then
-    local since = now - (tonumber(alive) - waiter_timeout)
-    deadline = math.max(deadline, tonumber(score) + since)
+    local since = now - (num(alive) - waiter_timeout)
+    deadline = math.max(deadline, num(score) + since)
   end
   redis.call('zadd', KEYS[3], deadline, me)
   -- This owner's liveness entry was in alive before this run, so a run
@@ -280,14 +280,14 @@ else
   if others == 0 then
     timeouts_ttl = -1
   else
-    local lives = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf')
+    local lives = redis.call('zcount', KEYS[4], string.format('(%d', now), '+inf')
     -- Only this owner live in alive: the ZADD above may have made it.
     alive_made = alive_made or lives == 1
     local javas = math.max(others - (lives - 1), 0)
-    deadline = deadline + javas * tonumber(ARGV[8])
-    local top = redis.call('zrevrange', KEYS[3], 0, 0, 'WITHSCORES')
+    deadline = deadline + javas * num(ARGV[8])
+    local top = redis.call('zrevrange', KEYS[3], '0', '0', 'WITHSCORES')
     if top[2] then
-      deadline = math.max(deadline, tonumber(top[2]))
+      deadline = math.max(deadline, num(top[2]))
     end
   end
   redis.call('zadd', KEYS[3], deadline, me)
@@ -306,7 +306,7 @@ if not alive_emptied then
 end
 if stale then
   -- Marks of entries a Redisson purge dropped: forget them (B9).
-  redis.call('zremrangebyscore', KEYS[4], left_mark, left_mark)
+  redis.call('zremrangebyscore', KEYS[4], left_mark_arg, left_mark_arg)
 end
 if position > 1 then
   -- Entries owners left behind (leave.lua) do not count; the live head
@@ -317,7 +317,7 @@ end
 -- and Redisson's, adds and removes an owner in both), so they are emptied,
 -- made and given an expiry together: the queue's PTTL is the zset's,
 -- unless this join made the queue (position 1).
-keep_queue(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1, alive_made)
+keep_queue(KEYS[2], KEYS[3], KEYS[4], num(ARGV[8]), waiter_timeout, latest, timeouts_ttl, position == 1, alive_made)
 
 -- Only the head can take over when the lease runs out, so only the head
 -- waits no longer than the lease (X3) and the others keep their heartbeat

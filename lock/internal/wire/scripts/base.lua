@@ -16,10 +16,27 @@ local clock_ms = nil
 local function server_now()
   if not clock_ms then
     local t = redis.call('time')
-    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_us = t[1] * 1000000 + t[2]
     clock_ms = math.floor(clock_us / 1000)
   end
   return clock_ms
+end
+
+-- Numbers and their text cost more than they seem (DESIGN.md, where a
+-- contended acquisition's instructions go), so the scripts keep to three
+-- habits:
+-- - a command's constant or ARGV argument is passed to redis.call as a
+--   string ('1', an ARGV value), never as a Lua number, which the server prints
+--   (snprintf "%.17g") before it runs the command; only values computed
+--   here are passed as numbers;
+-- - a string known to hold a number (an ARGV, a score, a count) is read
+--   with num, never tonumber, which parses it twice (lua_isnumber, then
+--   lua_tonumber: two strtod calls);
+-- - an integer is printed with '%d', never '%.0f' (glibc prints a double
+--   digit by digit in multiple precision). Every number the scripts print
+--   is an integer below 2^53: milliseconds, microseconds, tokens.
+local function num(s)
+  return s + 0
 end
 
 -- front is the queue's first entries as this run has read them (nil: not
@@ -67,11 +84,11 @@ local function next_token(token_key, lease)
   local last = read_token(token_key)
   local token
   if last then
-    token = tonumber(last) + 1
+    token = last + 1
   else
     token = server_now() * 1000
   end
-  token_read = string.format('%.0f', token)
+  token_read = string.format('%d', token)
   redis.call('set', token_key, token_read, 'px', lease + token_keep)
   return token
 end

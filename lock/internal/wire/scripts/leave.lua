@@ -52,7 +52,7 @@ do
     return err
   end
 end
-if ARGV[5] ~= '0' and server_now() >= tonumber(ARGV[5]) then
+if ARGV[5] ~= '0' and server_now() >= num(ARGV[5]) then
   return {-1, clock_us}
 end
 local me = ARGV[1]
@@ -71,7 +71,7 @@ elseif redis.call('zscore', KEYS[3], me) then
     -- reaches the head or the tail and is dropped there. Liveness
     -- deadline 0 marks it (left_mark).
     redis.call('zadd', KEYS[3], server_now(), me)
-    redis.call('zadd', KEYS[4], left_mark, me)
+    redis.call('zadd', KEYS[4], left_mark_arg, me)
   end
 else
   -- Not queued: a Redisson delete() or purge took the entry and left the
@@ -83,7 +83,7 @@ end
 -- grants to a queued owner, never to this one, which is out of the queue
 -- (or left in it dead).
 local field = redis.call('hget', KEYS[1], me)
-if field == '0' and tonumber(ARGV[4]) ~= hold_token(KEYS[5]) then
+if field == '0' and num(ARGV[4]) ~= hold_token(KEYS[5]) then
   -- A hand-over grant this owner's client has not taken up and no longer
   -- wants: it passes on.
   redis.call('hdel', KEYS[1], me)
@@ -96,5 +96,5 @@ if ttl == -2 then
 elseif was_head then
   settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], nil, true, ttl)
 end
-local count = tonumber(field or '0')
+local count = num(field or '0')
 return {queued, count, hold_token(KEYS[5])}

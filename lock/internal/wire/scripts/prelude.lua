@@ -73,10 +73,10 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
     tighten(timeouts, owner, live)
     ttl = ttl or redis.call('pttl', hash)
     if ttl > 0 then
-      if server_now() + ttl >= tonumber(live) then
+      if server_now() + ttl >= num(live) then
         return
       end
-      msg = string.format('head:%.0f', ttl)
+      msg = string.format('head:%d', ttl)
     end
   end
   publish_to(publish, channel_prefix, owner, msg)
@@ -95,7 +95,7 @@ local function is_dead(timeouts, alive, owner, live)
     live = redis.call('zscore', alive, owner)
   end
   local deadline = live or redis.call('zscore', timeouts, owner)
-  return (not deadline) or tonumber(deadline) <= server_now(), live
+  return (not deadline) or num(deadline) <= server_now(), live
 end
 
 -- drop takes owner, first in line (pop 'lpop') or last ('rpop'), out of
@@ -140,7 +140,7 @@ end
 -- read together, one ZMSCORE), else one LINDEX.
 local function peek_head(queue, alive)
   if not front then
-    return redis.call('lindex', queue, 0), nil
+    return redis.call('lindex', queue, '0'), nil
   end
   if not front[1] then
     return nil, nil
@@ -189,6 +189,9 @@ end
 -- when it gave up further up the queue (leave.lua): dead by every rule,
 -- skipped by Inspect, taken out when the owner queues again.
 local left_mark = 0
+-- left_mark_arg is left_mark as a command's argument (base.lua: strings,
+-- not numbers).
+local left_mark_arg = '0'
 
 -- left_in_queue returns how many queue entries are ones owners left
 -- behind (left_mark), and whether the marks in alive are all stale: a
@@ -199,12 +202,12 @@ local left_mark = 0
 -- has passed, none is queued and every mark is of an entry gone (B9).
 -- Two reads, one when there is no mark; never a visit of the queue (X8).
 local function left_in_queue(timeouts, alive)
-  local marks = redis.call('zcount', alive, left_mark, left_mark)
+  local marks = redis.call('zcount', alive, left_mark_arg, left_mark_arg)
   if marks == 0 then
     return 0, false
   end
-  local first = redis.call('zrange', timeouts, 0, 0, 'WITHSCORES')
-  if first[2] and tonumber(first[2]) <= server_now() then
+  local first = redis.call('zrange', timeouts, '0', '0', 'WITHSCORES')
+  if first[2] and num(first[2]) <= server_now() then
     return marks, false
   end
   return 0, true
@@ -222,7 +225,7 @@ end
 -- the queue is empty).
 local function drop_dead_tails(queue, timeouts, alive, channel_prefix, publish, live_owner)
   while true do
-    local tail = redis.call('lindex', queue, -1)
+    local tail = redis.call('lindex', queue, '-1')
     if not tail or tail == live_owner then
       return tail
     end
@@ -264,7 +267,7 @@ end
 -- (X12). The token counter lives as long. When the expiry comes down, the
 -- live head, told the provisional one (wake), is told again (X3).
 local function take_up(hash, queue, timeouts, alive, token_key, channel_prefix, publish, owner, lease)
-  redis.call('hset', hash, owner, 1)
+  redis.call('hset', hash, owner, '1')
   local before = redis.call('pttl', hash)
   redis.call('pexpire', hash, lease)
   keep_token(token_key, lease)
@@ -296,15 +299,16 @@ local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_pre
     return nil, -2
   end
   local now = server_now()
-  if live and tonumber(live) > now then
+  local live_ms = live and num(live)
+  if live_ms and live_ms > now then
     -- Twice the liveness left: a live waiter heartbeats every third of its
     -- waiter timeout, so it has at least 4/3 of it to take the grant up.
-    local ttl = 2 * (tonumber(live) - now)
+    local ttl = 2 * (live_ms - now)
     drop('lpop', queue, timeouts, alive, head)
-    redis.call('hset', hash, head, 0)
+    redis.call('hset', hash, head, '0')
     redis.call('pexpire', hash, ttl)
     local token = next_token(token_key, ttl)
-    publish_to(publish, channel_prefix, head, string.format('grant:%.0f:%.0f', token, clock_us))
+    publish_to(publish, channel_prefix, head, string.format('grant:%d:%d', token, clock_us))
     return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, ttl), ttl
   end
   wake(hash, timeouts, channel_prefix, publish, head, live, -2)
@@ -321,7 +325,7 @@ end
 -- token issued for the lock, which is the holder's as long as the hash
 -- exists (only a new grant draws another).
 local function hold_token(token_key)
-  return tonumber(read_token(token_key) or '0')
+  return num(read_token(token_key) or '0')
 end
 
 -- tell_evicted tells the client of every holder of the lock that its hold
@@ -338,7 +342,7 @@ local function tell_evicted(hash, token_key, client_prefix)
   if #fields == 0 then
     return
   end
-  local msg = string.format('lost:%.0f:%s', hold_token(token_key), hash)
+  local msg = string.format('lost:%d:%s', hold_token(token_key), hash)
   for _, field in ipairs(fields) do
     local client = string.match(field, '^(.*):[^:]*$')
     if client then
@@ -380,8 +384,8 @@ end
 -- its PTTL is read).
 local function keep_queue(queue, timeouts, alive, keep, room, latest, timeouts_ttl, queue_made, alive_made)
   if not latest then
-    local top = redis.call('zrevrange', timeouts, 0, 0, 'WITHSCORES')
-    latest = top[2] and tonumber(top[2])
+    local top = redis.call('zrevrange', timeouts, '0', '0', 'WITHSCORES')
+    latest = top[2] and num(top[2])
   end
   local last = server_now() + room
   if latest then

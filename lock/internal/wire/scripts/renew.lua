@@ -31,12 +31,12 @@ do
   end
 end
 local held = redis.call('hget', KEYS[1], ARGV[1])
-if not held or hold_token(KEYS[5]) ~= tonumber(ARGV[3]) then
+if not held or hold_token(KEYS[5]) ~= num(ARGV[3]) then
   return 0
 end
-local lease = tonumber(ARGV[2])
+local lease = num(ARGV[2])
 if held == '0' then
-  take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[1], math.max(lease, tonumber(ARGV[4])))
+  take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[1], math.max(lease, num(ARGV[4])))
   return 2
 end
 if lease > 0 then

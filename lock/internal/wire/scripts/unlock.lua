@@ -43,7 +43,7 @@ end
 if ARGV[8] == '1' then
   local done = redis.call('get', KEYS[6])
   if done then
-    return tonumber(done)
+    return num(done)
   end
 end
 local me = ARGV[1]
@@ -52,20 +52,20 @@ local held = redis.call('hget', KEYS[1], me)
 if not held then
   return -1
 end
-if tonumber(ARGV[6]) ~= hold_token(KEYS[5]) then
+if num(ARGV[6]) ~= hold_token(KEYS[5]) then
   -- Not the hold the client means: that one is gone (lease ran out,
   -- forced, replaced by a newer hold of this owner). Leave it alone.
   return -1
 end
 -- 0: granted by a hand-over, not taken up yet: one hold.
-held = math.max(tonumber(held), 1)
-if held == tonumber(ARGV[7]) - 1 then
+held = math.max(num(held), 1)
+if held == num(ARGV[7]) - 1 then
   return held
 end
 local count = held - 1
 if count > 0 then
   redis.call('hset', KEYS[1], me, count)
-  extend(KEYS[1], KEYS[5], tonumber(ARGV[2]))
+  extend(KEYS[1], KEYS[5], num(ARGV[2]))
 else
   redis.call('del', KEYS[1])
   hand_over_to(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], head, live)

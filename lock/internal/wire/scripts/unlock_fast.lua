@@ -14,11 +14,11 @@
 if ARGV[8] == '0' and ARGV[7] == '1' then
   -- The queue's first two entries (none: nobody queued), which a
   -- hand-over uses rather than read them again (front, base.lua).
-  front = redis.call('lrange', KEYS[2], 0, 1)
+  front = redis.call('lrange', KEYS[2], '0', '1')
   front_whole = #front < 2
   if #front == 0 and redis.call('hget', KEYS[1], ARGV[1]) == '1' and read_token(KEYS[5]) == ARGV[6] then
     redis.call('del', KEYS[1])
-    redis.call('set', KEYS[6], 0, 'px', ARGV[5])
+    redis.call('set', KEYS[6], '0', 'px', ARGV[5])
     return 0
   end
 end
