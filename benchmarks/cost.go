@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -62,6 +63,19 @@ func (c commandCalls) scripts() commandStat {
 	return s
 }
 
+// others are the calls among c that are not script calls: the commands
+// the scripts run, and any a lock sends on its own.
+func (c commandCalls) others() commandStat {
+	var s commandStat
+	for k, v := range c {
+		if !slices.Contains(scriptCommands, k) {
+			s.Calls += v.Calls
+			s.Usec += v.Usec
+		}
+	}
+	return s
+}
+
 // pairCost is the mean cost of one Lock+Unlock pair over a measured
 // window. CPU is known only for runs that measured it (CPU false: an
 // older results file), allocations likewise (Allocs false).
@@ -72,10 +86,14 @@ type pairCost struct {
 	Writes    float64 `json:"writes"`        // write commands among them (writeCommands)
 	Scripts   float64 `json:"scripts"`       // EVALSHA and the like
 	ScriptRun float64 `json:"script_run_ns"` // commandstats usec of the script calls, their commands included
-	Allocs    float64 `json:"allocs"`        // heap allocations of this process (runtime.MemStats)
-	Bytes     float64 `json:"bytes"`
-	CPU       bool    `json:"-"`
-	Alloc     bool    `json:"-"`
+	// CommandRun is the commandstats usec of every other call: the
+	// commands the scripts run, and any the lock sends on its own (0: an
+	// older results file, which did not keep it).
+	CommandRun float64 `json:"command_run_ns"`
+	Allocs     float64 `json:"allocs"` // heap allocations of this process (runtime.MemStats)
+	Bytes      float64 `json:"bytes"`
+	CPU        bool    `json:"-"`
+	Alloc      bool    `json:"-"`
 }
 
 // costOf divides what a window measured by the pairs it ran: serverCPU in
@@ -88,12 +106,13 @@ func costOf(pairs int, calls commandCalls, serverCPU, clientCPU float64, cpu boo
 	n := float64(pairs)
 	scripts := calls.scripts()
 	c := pairCost{
-		Commands:  float64(calls.total()) / n,
-		Writes:    float64(calls.writes().total()) / n,
-		Scripts:   float64(scripts.Calls) / n,
-		ScriptRun: float64(scripts.Usec) * 1e3 / n,
-		CPU:       cpu,
-		Alloc:     allocs >= 0,
+		Commands:   float64(calls.total()) / n,
+		Writes:     float64(calls.writes().total()) / n,
+		Scripts:    float64(scripts.Calls) / n,
+		ScriptRun:  float64(scripts.Usec) * 1e3 / n,
+		CommandRun: float64(calls.others().Usec) * 1e3 / n,
+		CPU:        cpu,
+		Alloc:      allocs >= 0,
 	}
 	if cpu {
 		c.ServerCPU, c.ClientCPU = serverCPU*1e9/n, clientCPU/n
@@ -132,6 +151,14 @@ func (cs costs) of(f func(pairCost) float64, need func(pairCost) bool) spread {
 func hasCPU(c pairCost) bool   { return c.CPU }
 func hasAlloc(c pairCost) bool { return c.Alloc }
 
+// hasSplit reports whether c knows its commands' own time.
+func hasSplit(c pairCost) bool { return c.CommandRun > 0 }
+
+// scriptRest is the scripts' time less the commands' own: Lua, and each
+// redis.call's work around its command (never below 0: a lock that sends
+// commands of its own has their time among the commands').
+func (c pairCost) scriptRest() float64 { return max(c.ScriptRun-c.CommandRun, 0) }
+
 func (cs costs) serverCPU() spread {
 	return cs.of(func(c pairCost) float64 { return c.ServerCPU }, hasCPU)
 }
@@ -152,7 +179,7 @@ func ratioCell(s, ref spread) string {
 // lock, in order, with the server and client CPU against ref's.
 func costTable(b *strings.Builder, order []string, by map[string]costs, ref string) {
 	t := newTable(b, "lock", "server CPU/pair", "client CPU/pair", "server vs "+ref, "client vs "+ref,
-		"commands/pair", "writes/pair", "scripts/pair", "script time/pair", "allocs/pair", "bytes/pair")
+		"commands/pair", "writes/pair", "scripts/pair", "script time/pair", "commands' time/pair", "scripts' rest/pair", "allocs/pair", "bytes/pair")
 	rs, rc := by[ref].serverCPU(), by[ref].clientCPU()
 	for _, name := range order {
 		cs := by[name]
@@ -162,8 +189,28 @@ func costTable(b *strings.Builder, order []string, by map[string]costs, ref stri
 			cs.of(func(c pairCost) float64 { return c.Writes }, nil).cell(fmtF(1)),
 			cs.of(func(c pairCost) float64 { return c.Scripts }, nil).cell(fmtF(1)),
 			cs.of(func(c pairCost) float64 { return c.ScriptRun }, nil).cell(fmtDur),
+			cs.of(func(c pairCost) float64 { return c.CommandRun }, hasSplit).cell(fmtDur),
+			cs.of(pairCost.scriptRest, hasSplit).cell(fmtDur),
 			cs.of(func(c pairCost) float64 { return c.Allocs }, hasAlloc).cell(fmtCount),
 			cs.of(func(c pairCost) float64 { return c.Bytes }, hasAlloc).cell(fmtCount))
+	}
+}
+
+// acquisitionTable writes what one acquisition costs with contenders: one
+// row per lock, in order, from its rounds' costs per acquisition (costOf
+// with the acquisitions for pairs).
+func acquisitionTable(b *strings.Builder, order []string, by map[string]costs) {
+	t := newTable(b, "lock", "commands/acq", "scripts/acq", "script time/acq", "commands' time/acq", "scripts' rest/acq", "server CPU/acq", "client CPU/acq")
+	for _, name := range order {
+		cs := by[name]
+		t.row(name,
+			cs.of(func(c pairCost) float64 { return c.Commands }, nil).cell(fmtF(1)),
+			cs.of(func(c pairCost) float64 { return c.Scripts }, nil).cell(fmtF(2)),
+			cs.of(func(c pairCost) float64 { return c.ScriptRun }, nil).cell(fmtDur),
+			cs.of(func(c pairCost) float64 { return c.CommandRun }, hasSplit).cell(fmtDur),
+			cs.of(pairCost.scriptRest, hasSplit).cell(fmtDur),
+			cs.serverCPU().cell(fmtDur),
+			cs.clientCPU().cell(fmtDur))
 	}
 }
 
@@ -171,7 +218,7 @@ func costTable(b *strings.Builder, order []string, by map[string]costs, ref stri
 const costNote = "Server CPU: redis-server's used_cpu_sys + used_cpu_user (INFO cpu) over the measured window, divided by the pairs: the whole process, so reading, parsing and replying count as well as the commands (and its timers, 10 a second). " +
 	"Client CPU: this process's user + system time (getrusage) over the same window, divided by the pairs: each lock runs in a window of its own, so it is that lock's, the Go runtime's work (GC, scheduler) and the client library's goroutines included. " +
 	"Commands: every call in INFO commandstats, those inside scripts included; writes: the calls of write commands among them (a fixed list: SET, DEL, HSET, HDEL, INCR, PEXPIRE, LPUSH, LREM, ZADD, ZREM and the like; EVALSHA itself, GET, PUBLISH are not writes); " +
-	"script time: commandstats execution time of the script calls, the commands they run included (no reading, parsing or replying). Allocations: the whole process's heap allocations (runtime.MemStats)."
+	"script time: commandstats execution time of the script calls, the commands they run included (no reading, parsing or replying); commands' time: commandstats execution time of every other call - the commands the scripts run, and any a lock sends on its own (redsync's SET NX); scripts' rest: script time less commands' time, what Lua and each redis.call's work around its command cost (understated by a lock's own commands). Allocations: the whole process's heap allocations (runtime.MemStats)."
 
 // writesLine lists the write commands per pair by command, or "none".
 func writesLine(calls commandCalls, per float64) string {

@@ -92,22 +92,24 @@ func TestRoundCosts(t *testing.T) {
 func TestCostTable(t *testing.T) {
 	by := map[string]costs{
 		"fairlock/rueidis": {
-			{ServerCPU: 30e3, ClientCPU: 40e3, Commands: 13, Writes: 6, Scripts: 2, ScriptRun: 20e3, Allocs: 41, Bytes: 2800, CPU: true, Alloc: true},
-			{ServerCPU: 38e3, ClientCPU: 44e3, Commands: 13, Writes: 6, Scripts: 2, ScriptRun: 22e3, Allocs: 41, Bytes: 2800, CPU: true, Alloc: true},
+			{ServerCPU: 30e3, ClientCPU: 40e3, Commands: 13, Writes: 6, Scripts: 2, ScriptRun: 20e3, CommandRun: 8e3, Allocs: 41, Bytes: 2800, CPU: true, Alloc: true},
+			{ServerCPU: 38e3, ClientCPU: 44e3, Commands: 13, Writes: 6, Scripts: 2, ScriptRun: 22e3, CommandRun: 8e3, Allocs: 41, Bytes: 2800, CPU: true, Alloc: true},
 		},
 		"rueidislock": {
-			{ServerCPU: 12e3, ClientCPU: 25e3, Commands: 6, Writes: 2, Scripts: 2, ScriptRun: 4e3, Allocs: 38, Bytes: 2641, CPU: true, Alloc: true},
+			{ServerCPU: 12e3, ClientCPU: 25e3, Commands: 6, Writes: 2, Scripts: 2, ScriptRun: 4e3, CommandRun: 5e3, Allocs: 38, Bytes: 2641, CPU: true, Alloc: true},
 		},
 		"old": {{Commands: 5, Writes: 2, Scripts: 2}},
 	}
 	var b strings.Builder
 	costTable(&b, []string{"fairlock/rueidis", "rueidislock", "old", "missing"}, by, "rueidislock")
-	want := `| lock | server CPU/pair | client CPU/pair | server vs rueidislock | client vs rueidislock | commands/pair | writes/pair | scripts/pair | script time/pair | allocs/pair | bytes/pair |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
-| fairlock/rueidis | 34µs (30–38µs) | 42µs (40–44µs) | 2.83x | 1.68x | 13.0 | 6.0 | 2.0 | 21µs (20–22µs) | 41 | 2,800 |
-| rueidislock | 12µs | 25µs | 1.00x | 1.00x | 6.0 | 2.0 | 2.0 | 4µs | 38 | 2,641 |
-| old | - | - | - | - | 5.0 | 2.0 | 2.0 | 0 | - | - |
-| missing | - | - | - | - | - | - | - | - | - | - |
+	// rueidislock's commands' time is more than its scripts' (commands of
+	// its own): its rest is 0, never negative.
+	want := `| lock | server CPU/pair | client CPU/pair | server vs rueidislock | client vs rueidislock | commands/pair | writes/pair | scripts/pair | script time/pair | commands' time/pair | scripts' rest/pair | allocs/pair | bytes/pair |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| fairlock/rueidis | 34µs (30–38µs) | 42µs (40–44µs) | 2.83x | 1.68x | 13.0 | 6.0 | 2.0 | 21µs (20–22µs) | 8µs | 13µs (12–14µs) | 41 | 2,800 |
+| rueidislock | 12µs | 25µs | 1.00x | 1.00x | 6.0 | 2.0 | 2.0 | 4µs | 5µs | 0 | 38 | 2,641 |
+| old | - | - | - | - | 5.0 | 2.0 | 2.0 | 0 | - | - | - | - |
+| missing | - | - | - | - | - | - | - | - | - | - | - | - |
 `
 	if got := b.String(); got != want {
 		t.Errorf("costTable:\n%s\nwant:\n%s", got, want)
@@ -190,4 +192,28 @@ func TestCPUTargetRows(t *testing.T) {
 		"| client CPU per pair | 42µs | 25µs |",
 		"| against rueidislock's | 1.68x | 1.00x |",
 		"| allocations per pair | 40 | 40 |")
+}
+
+func TestAcquisitionTable(t *testing.T) {
+	calls := commandCalls{
+		"evalsha": {Calls: 200, Usec: 18000},
+		"zadd":    {Calls: 300, Usec: 2000},
+		"publish": {Calls: 100, Usec: 1000},
+	}
+	// 100 acquisitions: 2 scripts, 3 ZADDs and a PUBLISH each; the
+	// scripts take 180µs, their commands 30µs of it.
+	c := costOf(100, calls, 0.025, 30e6, true, -1, -1)
+	if c.Scripts != 2 || c.Commands != 6 || c.ScriptRun != 180e3 || c.CommandRun != 30e3 || c.scriptRest() != 150e3 {
+		t.Errorf("costOf: %+v", c)
+	}
+	var b strings.Builder
+	acquisitionTable(&b, []string{"fairlock/rueidis", "missing"}, map[string]costs{"fairlock/rueidis": {c}})
+	want := `| lock | commands/acq | scripts/acq | script time/acq | commands' time/acq | scripts' rest/acq | server CPU/acq | client CPU/acq |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| fairlock/rueidis | 6.0 | 2.00 | 180µs | 30µs | 150µs | 250µs | 300µs |
+| missing | - | - | - | - | - | - | - |
+`
+	if got := b.String(); got != want {
+		t.Errorf("acquisitionTable:\n%s\nwant:\n%s", got, want)
+	}
 }

@@ -487,6 +487,18 @@ func pairCells(rounds []lockbench.Latency) (p50, p99 string) {
 		durSpread(rounds, func(x lockbench.Latency) time.Duration { return x.Pair.P99 }).cell(fmtDur)
 }
 
+// acquisitionCosts are scenario 2's costs per acquisition at the
+// headline number of contenders, by lock: one per round.
+func (r *report) acquisitionCosts() map[string]costs {
+	by := map[string]costs{}
+	for _, k := range r.Kinds {
+		for _, x := range r.headline(k.Name) {
+			by[k.Name] = append(by[k.Name], costOf(x.Acquisitions, x.TopCommands, x.ServerCPU, float64(x.ClientCPU), true, -1, -1))
+		}
+	}
+	return by
+}
+
 // manyCosts are the pair costs of scenario 4, by lock.
 func (r *report) manyCosts() map[string]costs {
 	return costsBy(r.Many, manyRound.cost)
@@ -529,6 +541,16 @@ func (r *report) contended(chartPath string) {
 	}
 	r.p("")
 	r.p("Overtakes are a share of all acquisitions. Max wait counts waits cancelled at the end of the drain up to their cancellation. CPU per acquisition is server (INFO cpu) and this process (getrusage) over the run, divided by all acquisitions. A negative hand-over means the next holder's Lock returned before the previous holder's Unlock did (rueidislock's release returns only after its key-watching goroutine has finished).")
+	r.p("")
+	r.p("### What an acquisition costs, %d contenders", n)
+	r.p("")
+	names := make([]string, 0, len(r.Kinds))
+	for _, k := range r.Kinds {
+		names = append(names, k.Name)
+	}
+	acquisitionTable(&r.b, names, r.acquisitionCosts())
+	r.p("")
+	r.p("The same run as the table above, over all its acquisitions: commands and script calls from INFO commandstats; script time, commands' time and scripts' rest as in section 1's cost table (commands' time counts every call but the scripts, so a lock that sends commands of its own, redsync's SET NX, has them there and its rest understated).")
 	r.p("")
 	for _, k := range r.fairlocks() {
 		f := r.FIFO[k.Name]
