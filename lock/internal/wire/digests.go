@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "6a8e679527132688ce996c05472f28ed13d7d64d",
-	"delete":           "97782e4d74f94e6795180baaaa266f238ceb5a45",
+	"acquire":          "56afb2aef9d5eaa88d12804259db5241cca3cd9d",
+	"delete":           "5f9fb08122d40a8a6f66e406e1ea350a4a87ae2c",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "e858e9998e08a8643df85ef332d4b32a2ae8c7c9",
-	"inspect":          "f370ab83d2fb63c6812cdcc2f4dc1fd15d238256",
-	"leave":            "693aeb5f63d083fc60656b9ba3a1d4ec5588f0f7",
-	"prune":            "deb6a5b92521c45bffba44c1a583ab9faf481c51",
+	"force_unlock":     "8e319379e3bc7a9a6adba2e062addeb811f84823",
+	"inspect":          "c2dbbe6c15e21f65eb12106802764455843291c3",
+	"leave":            "fd81cb226ab597174ac7d40b4beb1675f24b27a0",
+	"prune":            "cd006c41bfe6c8795c37b769ab5ce25e6a1b5c51",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "1fa6f03ba3ca05dc8399e0fadcfd123a0e982680",
+	"renew":            "57e6a91c135b4352ba1dc8583fbb028a75eddc5c",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "9ccd60805349d4d1597d32da5d4498a06f2e6dbf",
+	"unlock":           "f9fe7b4629d5f59e31c3c3ec44d114c23de94416",
 }

@@ -280,7 +280,7 @@ else
   if others == 0 then
     timeouts_ttl = -1
   else
-    local lives = redis.call('zcount', KEYS[4], string.format('(%d', now), '+inf')
+    local lives = redis.call('zcount', KEYS[4], string.format('(%.0f', now), '+inf')
     -- Only this owner live in alive: the ZADD above may have made it.
     alive_made = alive_made or lives == 1
     local javas = math.max(others - (lives - 1), 0)

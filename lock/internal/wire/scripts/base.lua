@@ -23,7 +23,7 @@ local function server_now()
 end
 
 -- Numbers and their text cost more than they seem (DESIGN.md, where a
--- contended acquisition's instructions go), so the scripts keep to three
+-- contended acquisition's instructions go), so the scripts keep to two
 -- habits:
 -- - a command's constant or ARGV argument is passed to redis.call as a
 --   string ('1', an ARGV value), never as a Lua number, which the server prints
@@ -31,10 +31,11 @@ end
 --   here are passed as numbers;
 -- - a string known to hold a number (an ARGV, a score, a count) is read
 --   with num, never tonumber, which parses it twice (lua_isnumber, then
---   lua_tonumber: two strtod calls);
--- - an integer is printed with '%d', never '%.0f' (glibc prints a double
---   digit by digit in multiple precision). Every number the scripts print
---   is an integer below 2^53: milliseconds, microseconds, tokens.
+--   lua_tonumber: two strtod calls).
+-- An integer is still printed with '%.0f', which glibc prints digit by
+-- digit in multiple precision (about 4,000 instructions): '%d' casts to a
+-- C long, 32 bits on 32-bit builds of Redis, where tokens, microseconds
+-- and milliseconds since 1970 do not fit.
 local function num(s)
   return s + 0
 end
@@ -88,7 +89,7 @@ local function next_token(token_key, lease)
   else
     token = server_now() * 1000
   end
-  token_read = string.format('%d', token)
+  token_read = string.format('%.0f', token)
   redis.call('set', token_key, token_read, 'px', lease + token_keep)
   return token
 end

@@ -76,7 +76,7 @@ local function wake(hash, timeouts, channel_prefix, publish, owner, live, ttl)
       if server_now() + ttl >= num(live) then
         return
       end
-      msg = string.format('head:%d', ttl)
+      msg = string.format('head:%.0f', ttl)
     end
   end
   publish_to(publish, channel_prefix, owner, msg)
@@ -308,7 +308,7 @@ local function hand_over_to(hash, queue, timeouts, alive, token_key, channel_pre
     redis.call('hset', hash, head, '0')
     redis.call('pexpire', hash, ttl)
     local token = next_token(token_key, ttl)
-    publish_to(publish, channel_prefix, head, string.format('grant:%d:%d', token, clock_us))
+    publish_to(publish, channel_prefix, head, string.format('grant:%.0f:%.0f', token, clock_us))
     return settle_head(hash, queue, timeouts, alive, channel_prefix, publish, nil, true, ttl), ttl
   end
   wake(hash, timeouts, channel_prefix, publish, head, live, -2)
@@ -342,7 +342,7 @@ local function tell_evicted(hash, token_key, client_prefix)
   if #fields == 0 then
     return
   end
-  local msg = string.format('lost:%d:%s', hold_token(token_key), hash)
+  local msg = string.format('lost:%.0f:%s', hold_token(token_key), hash)
   for _, field in ipairs(fields) do
     local client = string.match(field, '^(.*):[^:]*$')
     if client then
