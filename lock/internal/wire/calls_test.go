@@ -291,3 +291,24 @@ func TestLatchKey(t *testing.T) {
 		t.Errorf("latch key %q, want %q", call.Keys[5], want)
 	}
 }
+
+// TestScriptsPrintNoLong: no script prints a number with string.format's
+// %d (or %i, %x...), which Lua 5.1 casts to a C long - 32 bits on 32-bit
+// builds of Redis, where tokens, microseconds and milliseconds since 1970
+// do not fit (base.lua). '%.0f' prints them whole on every build.
+func TestScriptsPrintNoLong(t *testing.T) {
+	format := regexp.MustCompile(`string\.format\('([^']*)'`)
+	long := regexp.MustCompile(`%[-+ #0-9.]*[dicouxX]`)
+	for name, src := range map[string]string{
+		"base.lua": baseLua, "prelude.lua": preludeLua, "acquire_fast.lua": acquireFastLua, "unlock_fast.lua": unlockFastLua,
+		"acquire.lua": acquireLua, "unlock.lua": unlockLua, "leave.lua": leaveLua, "renew.lua": renewLua,
+		"force_unlock.lua": forceUnlockLua, "delete.lua": deleteLua, "inspect.lua": inspectLua, "prune.lua": pruneLua,
+		"describe.lua": describeLua, "read_description.lua": readDescriptionLua, "server_info.lua": serverInfoLua,
+	} {
+		for _, m := range format.FindAllStringSubmatch(src, -1) {
+			if long.MatchString(m[1]) {
+				t.Errorf("%s: string.format('%s') prints through a C long", name, m[1])
+			}
+		}
+	}
+}
