@@ -76,20 +76,30 @@ func TestSoakRepro_JavaGrantLostReplyReentered(t *testing.T) {
 		t.Fatalf("after the first pair: count %s, want none", c)
 	}
 
-	// The lost reply: the request waits a second in the proxy, and the
-	// call gives up after a tenth of that (its outcome unknown, as a call
-	// whose connection reset); then the server runs it, and grants.
+	// The lost reply: the request and its reply each wait a second in the
+	// proxy; the server runs the request and grants, and the call gives
+	// up while the reply is still in the proxy (its outcome unknown, as a
+	// call whose connection reset). It gives up only once the server has
+	// granted: a call given up sooner may never be sent at all (the
+	// client sends no command whose context has ended), as CI showed on
+	// 8cc94d7 - the grant never came.
 	jp.SetLatency(time.Second)
-	lctx, lcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = jl.LockWithLease(lctx, javaLease)
-	lcancel()
-	if err == nil {
-		t.Fatal("the Java lock() given up before the server ran it returned nil")
-	}
+	lctx, lcancel := context.WithCancel(ctx)
+	locked := make(chan error, 1)
+	go func() { locked <- jl.LockWithLease(lctx, javaLease) }()
 	waitFor(t, "the Java thread's script 2 to take the free lock", func() bool {
 		v, err := raw.HGet(ctx, name, jl.Field).Result()
 		return err == nil && v == "1"
 	})
+	lcancel()
+	select {
+	case err = <-locked:
+	case <-ctx.Done():
+		t.Fatal("the Java lock() did not return once given up")
+	}
+	if err == nil {
+		t.Fatal("the Java lock() given up before its reply came returned nil")
+	}
 	jp.SetLatency(0)
 	t.Logf("the Java lock() failed: %v; the server granted it: count %s", err, count())
 
