@@ -159,6 +159,14 @@ func hasSplit(c pairCost) bool { return c.CommandRun > 0 }
 // commands of its own has their time among the commands').
 func (c pairCost) scriptRest() float64 { return max(c.ScriptRun-c.CommandRun, 0) }
 
+// scriptCells are the cells of the scripts' time, their commands' own
+// time and the rest (both "-" for rounds that did not keep the split).
+func (cs costs) scriptCells() (script, commands, rest string) {
+	return cs.of(func(c pairCost) float64 { return c.ScriptRun }, nil).cell(fmtDur),
+		cs.of(func(c pairCost) float64 { return c.CommandRun }, hasSplit).cell(fmtDur),
+		cs.of(pairCost.scriptRest, hasSplit).cell(fmtDur)
+}
+
 func (cs costs) serverCPU() spread {
 	return cs.of(func(c pairCost) float64 { return c.ServerCPU }, hasCPU)
 }
@@ -184,13 +192,12 @@ func costTable(b *strings.Builder, order []string, by map[string]costs, ref stri
 	for _, name := range order {
 		cs := by[name]
 		s, c := cs.serverCPU(), cs.clientCPU()
+		script, commands, rest := cs.scriptCells()
 		t.row(name, s.cell(fmtDur), c.cell(fmtDur), ratioCell(s, rs), ratioCell(c, rc),
 			cs.of(func(c pairCost) float64 { return c.Commands }, nil).cell(fmtF(1)),
 			cs.of(func(c pairCost) float64 { return c.Writes }, nil).cell(fmtF(1)),
 			cs.of(func(c pairCost) float64 { return c.Scripts }, nil).cell(fmtF(1)),
-			cs.of(func(c pairCost) float64 { return c.ScriptRun }, nil).cell(fmtDur),
-			cs.of(func(c pairCost) float64 { return c.CommandRun }, hasSplit).cell(fmtDur),
-			cs.of(pairCost.scriptRest, hasSplit).cell(fmtDur),
+			script, commands, rest,
 			cs.of(func(c pairCost) float64 { return c.Allocs }, hasAlloc).cell(fmtCount),
 			cs.of(func(c pairCost) float64 { return c.Bytes }, hasAlloc).cell(fmtCount))
 	}
@@ -203,12 +210,11 @@ func acquisitionTable(b *strings.Builder, order []string, by map[string]costs) {
 	t := newTable(b, "lock", "commands/acq", "scripts/acq", "script time/acq", "commands' time/acq", "scripts' rest/acq", "server CPU/acq", "client CPU/acq")
 	for _, name := range order {
 		cs := by[name]
+		script, commands, rest := cs.scriptCells()
 		t.row(name,
 			cs.of(func(c pairCost) float64 { return c.Commands }, nil).cell(fmtF(1)),
 			cs.of(func(c pairCost) float64 { return c.Scripts }, nil).cell(fmtF(2)),
-			cs.of(func(c pairCost) float64 { return c.ScriptRun }, nil).cell(fmtDur),
-			cs.of(func(c pairCost) float64 { return c.CommandRun }, hasSplit).cell(fmtDur),
-			cs.of(pairCost.scriptRest, hasSplit).cell(fmtDur),
+			script, commands, rest,
 			cs.serverCPU().cell(fmtDur),
 			cs.clientCPU().cell(fmtDur))
 	}

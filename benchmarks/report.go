@@ -487,16 +487,14 @@ func pairCells(rounds []lockbench.Latency) (p50, p99 string) {
 		durSpread(rounds, func(x lockbench.Latency) time.Duration { return x.Pair.P99 }).cell(fmtDur)
 }
 
-// acquisitionCosts are scenario 2's costs per acquisition at the
-// headline number of contenders, by lock: one per round.
-func (r *report) acquisitionCosts() map[string]costs {
-	by := map[string]costs{}
+// headlineRounds are scenario 2's rounds at the headline number of
+// contenders, by lock.
+func (r *report) headlineRounds() map[string][]contendedRound {
+	rounds := map[string][]contendedRound{}
 	for _, k := range r.Kinds {
-		for _, x := range r.headline(k.Name) {
-			by[k.Name] = append(by[k.Name], costOf(x.Acquisitions, x.TopCommands, x.ServerCPU, float64(x.ClientCPU), true, -1, -1))
-		}
+		rounds[k.Name] = r.headline(k.Name)
 	}
-	return by
+	return rounds
 }
 
 // manyCosts are the pair costs of scenario 4, by lock.
@@ -544,11 +542,7 @@ func (r *report) contended(chartPath string) {
 	r.p("")
 	r.p("### What an acquisition costs, %d contenders", n)
 	r.p("")
-	names := make([]string, 0, len(r.Kinds))
-	for _, k := range r.Kinds {
-		names = append(names, k.Name)
-	}
-	acquisitionTable(&r.b, names, r.acquisitionCosts())
+	acquisitionTable(&r.b, r.kindNames(), costsBy(r.headlineRounds(), contendedRound.cost))
 	r.p("")
 	r.p("The same run as the table above, over all its acquisitions: commands and script calls from INFO commandstats; script time, commands' time and scripts' rest as in section 1's cost table (commands' time counts every call but the scripts, so a lock that sends commands of its own, redsync's SET NX, has them there and its rest understated).")
 	r.p("")

@@ -484,6 +484,11 @@ type manyRound struct {
 }
 
 // cost is the round's cost per Lock+Unlock pair (per acquisition).
+// cost is the round's cost per acquisition (allocations not measured).
+func (x contendedRound) cost() pairCost {
+	return costOf(x.Acquisitions, x.TopCommands, x.ServerCPU, float64(x.ClientCPU), true, -1, -1)
+}
+
 func (m manyRound) cost() pairCost {
 	allocs, bytes := -1.0, -1.0
 	if m.Allocs > 0 {

@@ -299,15 +299,10 @@ func TestLatchKey(t *testing.T) {
 func TestScriptsPrintNoLong(t *testing.T) {
 	format := regexp.MustCompile(`string\.format\('([^']*)'`)
 	long := regexp.MustCompile(`%[-+ #0-9.]*[dicouxX]`)
-	for name, src := range map[string]string{
-		"base.lua": baseLua, "prelude.lua": preludeLua, "acquire_fast.lua": acquireFastLua, "unlock_fast.lua": unlockFastLua,
-		"acquire.lua": acquireLua, "unlock.lua": unlockLua, "leave.lua": leaveLua, "renew.lua": renewLua,
-		"force_unlock.lua": forceUnlockLua, "delete.lua": deleteLua, "inspect.lua": inspectLua, "prune.lua": pruneLua,
-		"describe.lua": describeLua, "read_description.lua": readDescriptionLua, "server_info.lua": serverInfoLua,
-	} {
-		for _, m := range format.FindAllStringSubmatch(src, -1) {
+	for _, s := range NewScripts().all() {
+		for _, m := range format.FindAllStringSubmatch(s.Source, -1) {
 			if long.MatchString(m[1]) {
-				t.Errorf("%s: string.format('%s') prints through a C long", name, m[1])
+				t.Errorf("%s: string.format('%s') prints through a C long", s.Name, m[1])
 			}
 		}
 	}
