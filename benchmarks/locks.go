@@ -49,12 +49,12 @@ func openRueidis(addr string, small bool) (backend.Backend, func(), error) {
 	if small {
 		opt.ReadBufferEachConn, opt.WriteBufferEachConn = smallBuffer, smallBuffer
 	}
-	c, err := rueidis.NewClient(opt)
+	// Dial, not New: its Backend runs calls on the caller's goroutine.
+	b, err := rueidisbackend.Dial(opt)
 	if err != nil {
 		return nil, nil, err
 	}
-	b := rueidisbackend.New(c)
-	return b, func() { _ = b.Close(); c.Close() }, nil
+	return b, func() { _ = b.Close() }, nil
 }
 
 func openValkey(addr string, small bool) (backend.Backend, func(), error) {
@@ -62,12 +62,11 @@ func openValkey(addr string, small bool) (backend.Backend, func(), error) {
 	if small {
 		opt.ReadBufferEachConn, opt.WriteBufferEachConn = smallBuffer, smallBuffer
 	}
-	c, err := valkey.NewClient(opt)
+	b, err := valkeybackend.Dial(opt)
 	if err != nil {
 		return nil, nil, err
 	}
-	b := valkeybackend.New(c)
-	return b, func() { _ = b.Close(); c.Close() }, nil
+	return b, func() { _ = b.Close() }, nil
 }
 
 // openGoRedis needs nothing for small: go-redis' buffers are 32 KiB by

@@ -49,7 +49,7 @@ func (b *Backend) CachedRead(ctx context.Context, ttl time.Duration, cmds [][]st
 		cmd := b.client.B().Arbitrary(c[0]).Keys(c[1]).Args(c[2:]...).ReadOnly()
 		multi[i] = lib.CT(lib.Cacheable(cmd), ttl)
 	}
-	results, err := byDeadline(ctx, func() []result { return b.client.DoMultiCache(ctx, multi...) })
+	results, err := byDeadline(ctx, b.dials, func() []result { return b.client.DoMultiCache(ctx, multi...) })
 	if err != nil {
 		return nil, err
 	}
