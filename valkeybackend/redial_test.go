@@ -16,3 +16,27 @@ func TestEvalReturnsByItsDeadlineWhileAnotherCallRedials(t *testing.T) {
 		return valkeybackend.Dial(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	})
 }
+
+// The same on a client the adapter did not make (New), whose calls run
+// on a goroutine of their own.
+func TestEvalOnAClientOfYoursReturnsByItsDeadlineWhileAnotherCallRedials(t *testing.T) {
+	backendtest.EvalByDeadlineWhileRedialing(t, func(addr string) (backend.Backend, error) {
+		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			return nil, err
+		}
+		return clientClosing{valkeybackend.New(c), c}, nil
+	})
+}
+
+// clientClosing is a Backend on a client of the test's, which Close closes too.
+type clientClosing struct {
+	*valkeybackend.Backend
+	client valkey.Client
+}
+
+func (c clientClosing) Close() error {
+	err := c.Backend.Close()
+	c.client.Close()
+	return err
+}
