@@ -86,7 +86,7 @@ func New(client rueidis.Client) *Backend {
 // that can end on a goroutine of its own (byDeadline).
 func Dial(opt rueidis.ClientOption) (*Backend, error) {
 	d := &dials{pending: make(map[*dialing]struct{})}
-	opt.DialCtxFn = d.wrap(opt.DialCtxFn, opt.DialFn)
+	opt.DialCtxFn = d.wrap(opt.DialCtxFn, opt.DialFn, opt.DisableTCPNoDelay)
 	opt.DialFn = nil
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -188,9 +188,12 @@ type dialing struct {
 
 // wrap returns a DialCtxFn that dials with dialCtx, or dial (the
 // deprecated DialFn), or as the client does without either, and keeps each
-// dial in d until the server first answers on the connection.
+// dial in d until the server first answers on the connection. The client
+// sees the connection wrapped, so it cannot turn Nagle's algorithm on
+// (ClientOption.DisableTCPNoDelay) as it enters pipelining: with nagle,
+// wrap turns it on at once.
 func (d *dials) wrap(dialCtx func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error),
-	dial func(string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	dial func(string, *net.Dialer, *tls.Config) (net.Conn, error), nagle bool) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	connect := func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		switch {
 		case dialCtx != nil:
@@ -223,7 +226,21 @@ func (d *dials) wrap(dialCtx func(context.Context, string, *net.Dialer, *tls.Con
 		}
 		p.conn = conn
 		d.mu.Unlock()
+		if nagle {
+			setNagle(conn)
+		}
 		return &watchedConn{Conn: conn, dials: d, dialing: p}, nil
+	}
+}
+
+// setNagle turns Nagle's algorithm on for conn, as the client does for
+// ClientOption.DisableTCPNoDelay.
+func setNagle(conn net.Conn) {
+	if c, ok := conn.(*tls.Conn); ok {
+		conn = c.NetConn()
+	}
+	if c, ok := conn.(*net.TCPConn); ok {
+		_ = c.SetNoDelay(false)
 	}
 }
 
