@@ -223,16 +223,21 @@ func (n *messageFaults) arm(c *goClient, kind FaultKind, fault faultybackend.Fau
 }
 
 // lostGrants are the grants among hit's lost replies: acquire.lua's
-// reply {1, token, count} (RULES.md, Keyspace), the lock its first key.
+// reply token (a new hold) or {1, token, count} (RULES.md, Keyspace), the
+// lock its first key.
 func (n *messageFaults) lostGrants(c *goClient, hit faultybackend.Hit) []LostGrant {
 	if hit.Script != "acquire" || len(hit.Keys) == 0 {
 		return nil
 	}
 	var out []LostGrant
 	for _, l := range hit.Lost {
+		token := l.Reply.Int
 		if v, err := l.Reply.AsInts(); err == nil && len(v) == 3 && v[0] == 1 {
-			out = append(out, LostGrant{Lock: hit.Keys[0], Client: c.label, Token: v[1], Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
+			token = v[1]
+		} else if l.Reply.Kind != backend.Int || token <= 0 {
+			continue
 		}
+		out = append(out, LostGrant{Lock: hit.Keys[0], Client: c.label, Token: token, Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})
 	}
 	return out
 }

@@ -41,16 +41,20 @@ func (a Acquire) Call(s *Scripts, k Keys) backend.Call {
 		mode = "once"
 	}
 	n := decimals(a.Lease.Milliseconds(), a.WaiterTimeout.Milliseconds(), a.MaxHint.Milliseconds(), a.Slack.Milliseconds(),
-		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds(), a.Spent)
+		a.View.Token, int64(a.View.Count), a.HoldLease.Milliseconds(), a.Spent, (a.Lease + tokenKeep).Milliseconds())
 	// KEYS (k.Script()) then ARGV, in one slice.
-	kv := append(k.appendScript(make([]string, 0, 18)),
+	kv := append(k.appendScript(make([]string, 0, 19)),
 		a.Owner, n[0], n[1], mode,
 		a.Wake.ChannelPrefix, a.Wake.Publish, n[2], n[3],
 		n[4], n[5], // View
-		n[6], flag(a.Retry), n[7],
+		n[6], flag(a.Retry), n[7], n[8],
 	)
 	return backend.Call{Script: s.acquire, Keys: kv[:5:5], Args: kv[5:]}
 }
+
+// tokenKeep is how much longer than a hold the token counter lives: base.lua's
+// token_keep, which TestTokenKeep checks.
+const tokenKeep = time.Second
 
 // AcquireReply is acquire.lua's answer.
 type AcquireReply struct {
@@ -68,6 +72,9 @@ type AcquireReply struct {
 
 // DecodeAcquire decodes acquire.lua's reply.
 func DecodeAcquire(rep backend.Reply) (AcquireReply, error) {
+	if rep.Kind == backend.Int && rep.Int > 0 { // a new hold: its token
+		return AcquireReply{Acquired: true, Token: rep.Int, Count: 1}, nil
+	}
 	v, err := rep.AsInts()
 	switch {
 	case err == nil && len(v) == 1 && v[0] == 2:

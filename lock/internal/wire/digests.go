@@ -4,15 +4,15 @@ package wire
 
 // digests holds each script's SHA-1, by name: the name EVALSHA uses.
 var digests = map[string]string{
-	"acquire":          "56afb2aef9d5eaa88d12804259db5241cca3cd9d",
-	"delete":           "5f9fb08122d40a8a6f66e406e1ea350a4a87ae2c",
+	"acquire":          "c5f6ccefd15eb084533c12656b08691e38a7872f",
+	"delete":           "41109ab7a92cf1d46387bf9992fc6fdaadfa1b11",
 	"describe":         "2a638592f656810bac92075447b0a852503e7c08",
-	"force_unlock":     "8e319379e3bc7a9a6adba2e062addeb811f84823",
-	"inspect":          "c2dbbe6c15e21f65eb12106802764455843291c3",
-	"leave":            "fd81cb226ab597174ac7d40b4beb1675f24b27a0",
-	"prune":            "cd006c41bfe6c8795c37b769ab5ce25e6a1b5c51",
+	"force_unlock":     "28093c5e42f27d2077ea4aeee9ec62508b18ea43",
+	"inspect":          "5ab3c440278bf4d1b4232e5cc2aa721278ec0d67",
+	"leave":            "306642349f67906963099e69ee84832deaeb87aa",
+	"prune":            "fc05df225772f1e41ccb06bad3a84d0674a01945",
 	"read_description": "8939ec38da466b68f1f6150971bbd8310e424c24",
-	"renew":            "57e6a91c135b4352ba1dc8583fbb028a75eddc5c",
+	"renew":            "17217856d5cbb8667e238ac7b9d2a839b80f5d93",
 	"server_info":      "8d32a444bde844e84f53c6595509e415d72d6385",
-	"unlock":           "f9fe7b4629d5f59e31c3c3ec44d114c23de94416",
+	"unlock":           "15e5871039158ff771567d2ca7141c179d51daec",
 }

@@ -101,7 +101,7 @@ func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10)
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // maxDecimals is the most numbers one call formats with decimals.
-const maxDecimals = 8
+const maxDecimals = 9
 
 // decimals formats ns in decimal, as ms and itoa do, into one string cut
 // into one part per number: one allocation for all of a call's numbers

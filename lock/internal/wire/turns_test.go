@@ -41,14 +41,10 @@ func newTurns(tb testing.TB, s *Scripts, name string, owners int, do func(backen
 	for i := range owners {
 		got := tr.acquire(i)
 		if i == 0 {
-			// {1, token, 1}: the first owner holds with this token.
-			f := strings.Fields(strings.Trim(got, "[]"))
-			if len(f) != 3 || f[0] != "1" {
-				tb.Fatalf("first acquire: %s, want a hold", got)
-			}
-			t, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				tb.Fatalf("first acquire: %s: %v", got, err)
+			// The token alone: the first owner holds with it.
+			t, err := strconv.ParseInt(got, 10, 64)
+			if err != nil || t <= 0 {
+				tb.Fatalf("first acquire: %s, want a hold's token", got)
 			}
 			tr.token = t
 		} else if !strings.HasPrefix(got, "[0 ") {
@@ -78,7 +74,7 @@ func (tr *turns) turn() {
 	if got := tr.unlock(tr.holder, tr.token); got != "0" {
 		tr.tb.Fatalf("unlock by %d: %s, want 0", tr.holder, got)
 	}
-	want := fmt.Sprintf("[1 %d 1]", tr.token+1) // alone: the lock back, the next token
+	want := strconv.FormatInt(tr.token+1, 10) // alone: the lock back, the next token
 	if tr.owners > 1 {
 		want = "[0 " // queued behind the others
 	}

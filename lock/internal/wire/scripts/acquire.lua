@@ -21,9 +21,12 @@
 --          error), else "0"
 -- ARGV[13] the highest token of a hold the owner has taken up or given
 --          back ("0": none)
+-- ARGV[14] the token counter's lifetime for a new hold of this lease, in
+--          ms: the lease and a second more (token_keep, base.lua)
 --
--- Returns {1, token, holdCount} when the owner holds the lock (holdCount 1:
--- newly acquired; more: re-entered), or {0, waitHintMs, position, head,
+-- Returns the token alone (an integer) when the owner holds the lock anew
+-- (count 1: a new hold, or a hand-over grant taken up), {1, token,
+-- holdCount} when it has re-entered its hold, or {0, waitHintMs, position, head,
 -- nowUs} when it is queued: position is the owner's 1-based queue position
 -- when this call queued it, else 0; head is 1 when the owner is first in
 -- line; nowUs is the server's time in microseconds; waitHintMs is always >= 1 (X4).
@@ -122,12 +125,12 @@ if held then
     -- Handed over to this owner while its client did not know yet (the
     -- message is on its way, or was lost): take it up, for this lease.
     take_up(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], me, lease)
-    return {1, token, 1}
+    return token
   end
   -- A leftover the client does not count as its hold: a new hold.
   redis.call('hset', KEYS[1], me, '1')
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, next_token(KEYS[5], lease), 1}
+  return next_token(KEYS[5], nil, ARGV[14])
 end
 
 if ttl == -2 then
@@ -140,7 +143,7 @@ if ttl == -2 then
       -- longer than this lease (X3).
       settle_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], nil, true, lease)
     end
-    return {1, next_token(KEYS[5], lease), 1}
+    return next_token(KEYS[5], nil, ARGV[14])
   end
   -- Free, but another owner is first in line: it is granted the lock (or,
   -- a Redisson waiter, woken).

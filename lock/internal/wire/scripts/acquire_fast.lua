@@ -27,8 +27,7 @@ if present == 0 then
     -- nothing is granted in its place (see acquire.lua).
     return {2}
   end
-  local lease = num(ARGV[2])
   redis.call('hset', KEYS[1], ARGV[1], '1')
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, next_token(KEYS[5], lease), 1}
+  return next_token(KEYS[5], nil, ARGV[14])
 end

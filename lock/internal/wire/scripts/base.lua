@@ -79,19 +79,40 @@ end
 -- microseconds, which is past every token drawn before unless the lock was
 -- granted more than a thousand times a millisecond on average (X15: the
 -- counter does not outlive its use, and tokens never go backwards). The
--- counter lives as long as the hold and a second more: one read and one
--- write (SET with its expiry), where INCR and PEXPIRE were two writes.
-local function next_token(token_key, lease)
-  local last = read_token(token_key)
+-- counter then lives lifetime ms: the hold's lease and token_keep more,
+-- as text when the caller has it (ARGV), else computed from lease.
+--
+-- Either way it is two commands. A run that has read the counter already
+-- (the release that hands the lock over has checked the holder's token)
+-- writes the next value with its expiry (SET PX); one that has not asks
+-- the counter to count (INCR, which answers with the number itself: no
+-- text is parsed or printed here) and sets the expiry (PEXPIRE). INCR of
+-- an expired counter makes it at 1: that run starts from the clock.
+local function next_token(token_key, lease, lifetime)
+  lifetime = lifetime or lease + token_keep
+  if token_read == nil then
+    local token = redis.call('incr', token_key)
+    if token > 1 then
+      redis.call('pexpire', token_key, lifetime)
+      return token
+    end
+    token_read = false
+  end
   local token
-  if last then
-    token = last + 1
+  if token_read then
+    token = token_read + 1
   else
     token = server_now() * 1000
   end
   token_read = string.format('%.0f', token)
-  redis.call('set', token_key, token_read, 'px', lease + token_keep)
+  redis.call('set', token_key, token_read, 'px', lifetime)
   return token
+end
+
+-- refusal is the NOPERM error reply for a user that may not run cmd on
+-- the channels channel_prefix .. ':*'.
+local function refusal(cmd, channel_prefix)
+  return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on the channels ' .. channel_prefix .. ':*, where the lock wakes its waiters (docs/security.md)')
 end
 
 -- refused returns the NOPERM error reply a script must return before it
@@ -108,9 +129,17 @@ local function refused(publish, channel_prefix, client_prefix)
   if not redis.acl_check_cmd then
     return nil
   end
-  for cmd in string.gmatch(publish, '[^,]+') do
-    if not redis.acl_check_cmd(cmd, channel_prefix .. ':x', '0') then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on the channels ' .. channel_prefix .. ':*, where the lock wakes its waiters (docs/security.md)')
+  local channel = channel_prefix .. ':x'
+  if publish == 'publish' then
+    -- The usual list, one command: no pattern to match.
+    if not redis.acl_check_cmd('publish', channel, '0') then
+      return refusal('publish', channel_prefix)
+    end
+  else
+    for cmd in string.gmatch(publish, '[^,]+') do
+      if not redis.acl_check_cmd(cmd, channel, '0') then
+        return refusal(cmd, channel_prefix)
+      end
     end
   end
   if client_prefix and not redis.acl_check_cmd('publish', client_prefix .. 'x', '0') then
