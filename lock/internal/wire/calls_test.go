@@ -307,3 +307,16 @@ func TestScriptsPrintNoLong(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenKeep: the client's tokenKeep, which it adds to the lease for
+// the token counter's lifetime (acquire.lua's ARGV[14]), is base.lua's
+// token_keep, which the scripts add where they compute it.
+func TestTokenKeep(t *testing.T) {
+	m := regexp.MustCompile(`\nlocal token_keep = (\d+)\n`).FindStringSubmatch(baseLua)
+	if m == nil {
+		t.Fatal("base.lua defines no token_keep")
+	}
+	if want := strconv.FormatInt(tokenKeep.Milliseconds(), 10); m[1] != want {
+		t.Errorf("base.lua's token_keep is %s ms, the client's tokenKeep %s ms", m[1], want)
+	}
+}
