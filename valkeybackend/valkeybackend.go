@@ -137,7 +137,9 @@ type result = valkey.ValkeyResult
 // With the client's dials watched (d, Dial), f runs on the caller's
 // goroutine, and a context that ends while f runs ends every dial in
 // progress (dials.abort): the dial fails, the calls waiting for it return,
-// and f with them. Without (New), f runs on a goroutine of its own, and
+// and f with them. The watch cannot tell which dial f waits for, so it
+// ends them all, on a cluster client other nodes' too: their calls see a
+// connection error, and the lock's calls try again (X14). Without (New), f runs on a goroutine of its own, and
 // the call returns when ctx ends; the call left behind sends nothing once
 // the dial ends: the client sends no command whose context has ended. A
 // goroutine per call costs the caller about 30 µs of CPU a call on a
