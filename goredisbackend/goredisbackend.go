@@ -197,6 +197,13 @@ var (
 // costs 0.4 s before the error reaches the lock, so a TryLock with no
 // wait on a stopped server takes about 0.8 s. Build the client with
 // DialerRetries: 1 to have it report a refused dial at once, as Dial does.
+//
+// On a server without maintenance notifications (Redis before 8, Valkey),
+// build the client with MaintNotificationsConfig's Mode set to
+// maintnotifications.ModeDisabled, as Dial does: in go-redis' default auto
+// mode, v9.23.0 writes the options a client shares with the connections
+// it lends (Conn) under each one's own lock, a data race, and EvalWait
+// lends one when WAIT's timeout does not fit in the client's ReadTimeout.
 func New(client redis.UniversalClient) *Backend {
 	b := &Backend{client: client}
 	b.hub = pubsub.NewHub(b.dial)
@@ -364,15 +371,16 @@ func (b *Backend) EvalBatch(ctx context.Context, calls []backend.Call) []backend
 // timeout of the pipeline that carries it.
 const waitMargin = time.Second
 
-// singleConn is a client that can lend one of its connections:
-// *redis.Client, standalone or Sentinel.
+// singleConn is a client that runs a pipeline on one of its connections
+// and can lend one: *redis.Client, standalone or Sentinel.
 type singleConn interface {
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Conn() *redis.Conn
 	Options() *redis.Options
 }
 
 // EvalWait implements backend.ReplicaWaiter: the script and WAIT run on one
-// connection borrowed from the client, so WAIT counts the replicas that
+// connection of the client's, so WAIT counts the replicas that
 // acknowledged the script's writes. On a cluster client that connection
 // goes to the primary that owns the slot of keys[0] in the client's view
 // (ClusterClient.MasterForKey), and is not redirected: a MOVED reply there
@@ -389,15 +397,19 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 	if err != nil {
 		return backend.Reply{}, 0, err
 	}
-	conn := sc.Conn()
-	defer conn.Close()
 	var (
 		script *redis.Cmd
 		wait   *redis.IntCmd
 	)
 	if rt := sc.Options().ReadTimeout; rt <= 0 || timeout+waitMargin <= rt {
+		// The client runs a pipeline on one connection of its pool. A
+		// lent connection (Conn) is kept for the other case: in go-redis'
+		// default maintenance-notifications mode, on a server without them,
+		// v9.23.0 writes the options a client shares with each Conn under
+		// the Conn's own lock when a new connection's handshake fails - a
+		// data race (TestEvalWaitOnAClientOfYoursInAutoMode).
 		pipelined := func(name, payload string) {
-			_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			_, _ = sc.Pipelined(ctx, func(p redis.Pipeliner) error {
 				script = evalCmd(ctx, name, payload, keys, args)
 				_ = p.Process(ctx, once{script})
 				wait = redis.NewIntCmd(ctx, "wait", replicas, timeout.Milliseconds())
@@ -412,6 +424,8 @@ func (b *Backend) EvalWait(ctx context.Context, s *backend.Script, keys, args []
 			pipelined("eval", s.Source)
 		}
 	} else {
+		conn := sc.Conn()
+		defer conn.Close()
 		script = run(ctx, conn, s, keys, args)
 		if script.Err() == nil || errors.Is(script.Err(), redis.Nil) {
 			wait = conn.Wait(ctx, replicas, timeout)
