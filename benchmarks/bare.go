@@ -105,16 +105,20 @@ func (s *bareScripts) locker(name string) lockbench.Locker {
 		LockFunc: func(ctx context.Context) (int64, error) {
 			// KEYS and ARGV as wire.Acquire: owner, lease, waiter timeout,
 			// mode, channel prefix, publish, max hint, slack, view token,
-			// view count, hold lease, retry.
-			args := []string{owner, "30000", "5000", "once", channel, "publish", "1666", "300000", "0", "0", "0", "0"}
+			// view count, hold lease, retry, spent token, token counter
+			// lifetime (the lease and a second).
+			args := []string{owner, "30000", "5000", "once", channel, "publish", "1666", "300000", "0", "0", "0", "0", "0", "31000"}
 			for ctx.Err() == nil {
-				v, err := s.acquire.Exec(ctx, s.client, keys, args).AsIntSlice()
+				res := s.acquire.Exec(ctx, s.client, keys, args)
+				if t, err := res.AsInt64(); err == nil && t > 0 {
+					// A new hold: its token alone.
+					token = strconv.FormatInt(t, 10)
+					return t, nil
+				}
+				v, err := res.AsIntSlice()
 				switch {
 				case err != nil:
 					return 0, err
-				case len(v) == 3 && v[0] == 1 && v[2] == 1:
-					token = strconv.FormatInt(v[1], 10)
-					return v[1], nil
 				case len(v) == 3 && v[0] == 0:
 					continue // held: once more
 				}
