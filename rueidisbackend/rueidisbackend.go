@@ -132,24 +132,37 @@ type result = rueidis.RedisResult
 // context or the dial timeout ends - an Unlock with a 3 s deadline
 // returned after 6.3 s in the soak (seed 203821236997882).
 //
-// With the client's dials watched (d, Dial), f runs on the caller's
-// goroutine, and a context that ends while f runs ends every dial in
-// progress (dials.abort): the dial fails, the calls waiting for it return,
-// and f with them. The watch cannot tell which dial f waits for, so it
-// ends them all, on a cluster client other nodes' too: their calls see a
-// connection error, and the lock's calls try again (X14). Without (New), f runs on a goroutine of its own, and
-// the call returns when ctx ends; the call left behind sends nothing once
-// the dial ends: the client sends no command whose context has ended. A
-// goroutine per call costs the caller about 30 µs of CPU a call on a
-// 2-core machine (wake-ups of idle threads), more than the rest of the
-// call. A context that cannot end costs neither.
+// Without the client's dials watched (New), f runs on a goroutine of its
+// own, and the call returns when ctx ends; the call left behind sends
+// nothing once the dial ends: the client sends no command whose context
+// has ended. A goroutine per call costs the caller about 20 µs of CPU a
+// call on a 2-core machine (wake-ups of idle threads), more than the rest
+// of the call.
+//
+// With them watched (d, Dial), f runs on the caller's goroutine whenever
+// no dial is in progress as it starts, and so cannot be waiting for one
+// begun before. If one begins after and f waits for it, f is still
+// running stuckAfter past ctx's end, when the client has let every other
+// call go: then the dials in progress end (dials.abort), f with them, and
+// the call returns ctx's error. A call that starts while a dial is in
+// progress runs on a goroutine of its own, as without the watch, so a
+// slow dial is never ended by calls whose deadlines are shorter than it.
+// A context that cannot end costs neither.
 func byDeadline[T any](ctx context.Context, d *dials, f func() T) (T, error) {
 	if ctx.Done() == nil {
 		return f(), nil
 	}
-	if d != nil {
-		stop := context.AfterFunc(ctx, d.abort)
+	if d != nil && d.inProgress.Load() == 0 {
+		var returned atomic.Bool
+		stop := context.AfterFunc(ctx, func() {
+			time.AfterFunc(stuckAfter, func() {
+				if !returned.Load() {
+					d.abort()
+				}
+			})
+		})
 		r := f()
+		returned.Store(true)
 		if !stop() {
 			// ctx ended while f ran: its result may be a dial's failure.
 			var zero T
@@ -173,12 +186,17 @@ func byDeadline[T any](ctx context.Context, d *dials, f func() T) (T, error) {
 	}
 }
 
+// stuckAfter is how long past its context's end a call may run on the
+// caller's goroutine before byDeadline takes it for waiting on a dial.
+const stuckAfter = 100 * time.Millisecond
+
 // dials is the client's dials in progress, from the start of a connection
 // until the server's first reply on it (the handshake's), or until it
 // closes.
 type dials struct {
-	mu      sync.Mutex
-	pending map[*dialing]struct{}
+	mu         sync.Mutex
+	pending    map[*dialing]struct{}
+	inProgress atomic.Int32 // len(pending), read without mu
 }
 
 // dialing is one dial in progress: cancel ends the connect, conn (nil
@@ -192,8 +210,8 @@ type dialing struct {
 // deprecated DialFn), or as the client does without either, and keeps each
 // dial in d until the server first answers on the connection. The client
 // sees the connection wrapped, so it cannot turn Nagle's algorithm on
-// (ClientOption.DisableTCPNoDelay) as it enters pipelining: with nagle,
-// wrap turns it on at once.
+// (ClientOption.DisableTCPNoDelay) as a connection enters pipelining: with
+// nagle, wrap turns it on at once, for the connection's whole life.
 func (d *dials) wrap(dialCtx func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error),
 	dial func(string, *net.Dialer, *tls.Config) (net.Conn, error), nagle bool) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	connect := func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
@@ -213,12 +231,14 @@ func (d *dials) wrap(dialCtx func(context.Context, string, *net.Dialer, *tls.Con
 		p := &dialing{cancel: cancel}
 		d.mu.Lock()
 		d.pending[p] = struct{}{}
+		d.inProgress.Store(int32(len(d.pending)))
 		d.mu.Unlock()
 		conn, err := connect(ctx, dst, dialer, cfg)
 		d.mu.Lock()
 		_, live := d.pending[p]
 		if err != nil || !live {
 			delete(d.pending, p)
+			d.inProgress.Store(int32(len(d.pending)))
 			d.mu.Unlock()
 			if err == nil {
 				conn.Close()
@@ -236,7 +256,7 @@ func (d *dials) wrap(dialCtx func(context.Context, string, *net.Dialer, *tls.Con
 }
 
 // setNagle turns Nagle's algorithm on for conn, as the client does for
-// ClientOption.DisableTCPNoDelay.
+// ClientOption.DisableTCPNoDelay (there, once the connection pipelines).
 func setNagle(conn net.Conn) {
 	if c, ok := conn.(*tls.Conn); ok {
 		conn = c.NetConn()
@@ -250,19 +270,26 @@ func setNagle(conn net.Conn) {
 func (d *dials) done(p *dialing) {
 	d.mu.Lock()
 	delete(d.pending, p)
+	d.inProgress.Store(int32(len(d.pending)))
 	d.mu.Unlock()
 }
 
-// abort ends every dial in progress.
+// abort ends every dial in progress: it takes them out under mu, and
+// cancels and closes them after (closing a TLS connection may write).
 func (d *dials) abort() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	ended := make([]dialing, 0, len(d.pending))
 	for p := range d.pending {
+		ended = append(ended, *p) // conn as it is now, read under mu
+		delete(d.pending, p)
+	}
+	d.inProgress.Store(0)
+	d.mu.Unlock()
+	for _, p := range ended {
 		p.cancel()
 		if p.conn != nil {
 			p.conn.Close()
 		}
-		delete(d.pending, p)
 	}
 }
 

@@ -234,7 +234,7 @@ func (n *messageFaults) lostGrants(c *goClient, hit faultybackend.Hit) []LostGra
 		token := l.Reply.Int
 		if v, err := l.Reply.AsInts(); err == nil && len(v) == 3 && v[0] == 1 {
 			token = v[1]
-		} else if l.Reply.Kind != backend.Int || token <= 0 {
+		} else if l.Reply.Kind != backend.Int || token < 0 {
 			continue
 		}
 		out = append(out, LostGrant{Lock: hit.Keys[0], Client: c.label, Token: token, Sent: n.h.At(l.Sent), Ran: n.h.At(l.Ran)})

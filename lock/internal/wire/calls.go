@@ -72,7 +72,9 @@ type AcquireReply struct {
 
 // DecodeAcquire decodes acquire.lua's reply.
 func DecodeAcquire(rep backend.Reply) (AcquireReply, error) {
-	if rep.Kind == backend.Int && rep.Int > 0 { // a new hold: its token
+	if rep.Kind == backend.Int && rep.Int >= 0 {
+		// A new hold: its token (0 only for a grant taken up after its
+		// token counter was lost, as the table reply said before).
 		return AcquireReply{Acquired: true, Token: rep.Int, Count: 1}, nil
 	}
 	v, err := rep.AsInts()

@@ -79,6 +79,16 @@ func TestDecodeReplies(t *testing.T) {
 	if got, err := DecodeAcquire(ints(1, 7, 2)); err != nil || got != (AcquireReply{Acquired: true, Token: 7, Count: 2}) {
 		t.Errorf("acquired: %+v, %v", got, err)
 	}
+	if got, err := DecodeAcquire(backend.IntReply(7)); err != nil || got != (AcquireReply{Acquired: true, Token: 7, Count: 1}) {
+		t.Errorf("new hold: %+v, %v", got, err)
+	}
+	// A grant taken up after its token counter was lost.
+	if got, err := DecodeAcquire(backend.IntReply(0)); err != nil || got != (AcquireReply{Acquired: true, Count: 1}) {
+		t.Errorf("new hold, token 0: %+v, %v", got, err)
+	}
+	if _, err := DecodeAcquire(backend.IntReply(-1)); err == nil {
+		t.Error("acquire reply -1: no error")
+	}
 	if got, err := DecodeAcquire(ints(0, 30, 0)); err != nil || got != (AcquireReply{Hint: 30 * time.Millisecond}) {
 		t.Errorf("once refused: %+v, %v", got, err)
 	}
